@@ -1,0 +1,151 @@
+"""GPU, node and cluster specifications, and the calibrated efficiency terms of the cost model.
+
+Unit conventions (one for the whole project):
+
+- Bandwidth: **GB/s per GPU per direction** (1 GB = 1e9 bytes). Conversions:
+  an A100's "600 GB/s NVLink" is the bidirectional sum, so 300 GB/s per direction; an H100's
+  "900 GB/s" is 450; PCIe 4.0 x16 is 32 GB/s per direction (5.0 x16: 64); a 200 Gb/s
+  InfiniBand HDR NIC is 200/8 = 25 GB/s, 400 Gb/s NDR is 50 GB/s. See :func:`gbit_to_gbyte`
+  and :func:`bidirectional_to_per_direction`.
+- HBM bandwidth: GB/s (datasheet figure, 1e9 bytes/s).
+- Memory capacity: GiB (2**30 bytes), as the driver reports it usable.
+- Compute: dense (not 2:4 sparse) peak TFLOP/s (1e12 FLOP/s) per precision.
+- Latency: microseconds (``_us``). Power: watts. Prices: USD per GPU-hour.
+
+A :class:`ClusterSpec` is the "system" document of the Calculon split: GPU + node + network +
+price + storage + the efficiency terms fitted on published runs (``plan-calibrate``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+def gbit_to_gbyte(gbit_per_s: float) -> float:
+    """Network line rate (Gb/s) to GB/s: 200 Gb/s HDR InfiniBand -> 25 GB/s."""
+    return gbit_per_s / 8.0
+
+
+def bidirectional_to_per_direction(gbps_bidirectional: float) -> float:
+    """Marketing "bidirectional" aggregate to the per-direction figure this project uses."""
+    return gbps_bidirectional / 2.0
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
+
+
+class GPUSpec(_Frozen):
+    """One accelerator, from its datasheet. Every figure's source is in ``sources``."""
+
+    name: str = Field(min_length=1)
+    memory_gib: float = Field(gt=0, le=100_000, description="usable device memory, GiB")
+    hbm_bandwidth_gbps: float = Field(gt=0, le=1_000_000, description="memory bandwidth, GB/s")
+    peak_tflops: dict[Precision, float] = Field(
+        description="dense peak TFLOP/s per precision (tensor cores where they exist)"
+    )
+    tdp_w: float = Field(gt=0, le=100_000, description="board power, W")
+    sources: dict[str, str] = Field(default_factory=dict, description="field -> datasheet / paper")
+
+    @model_validator(mode="after")
+    def _check_peaks(self) -> "GPUSpec":
+        if "bf16" not in self.peak_tflops and "fp16" not in self.peak_tflops:
+            raise ValueError("peak_tflops: needs at least a bf16 or fp16 entry")
+        for k, v in self.peak_tflops.items():
+            if not (v > 0 and v < 1e7):
+                raise ValueError(f"peak_tflops.{k}: {v} must be a positive TFLOP/s figure")
+        return self
+
+    def peak(self, precision: str) -> float:
+        """Dense peak for ``precision``; bf16 falls back to fp16 (V100) and vice versa."""
+        if precision in self.peak_tflops:
+            return self.peak_tflops[precision]
+        if precision == "bf16" and "fp16" in self.peak_tflops:
+            return self.peak_tflops["fp16"]
+        if precision == "fp16" and "bf16" in self.peak_tflops:
+            return self.peak_tflops["bf16"]
+        raise ValueError(
+            f"precision: {self.name} has no {precision} peak; use one of {sorted(self.peak_tflops)}"
+        )
+
+
+class NodeSpec(_Frozen):
+    """A server (or rack) and its links. Bandwidths are GB/s per GPU per direction."""
+
+    gpus_per_node: int = Field(gt=0, le=4096)
+    intra_link: Literal["nvlink", "nvswitch", "infinity_fabric", "pcie"] = "nvswitch"
+    intra_domain_size: int = Field(
+        gt=0, le=100_000, description="GPUs that reach each other over intra_node_gbps (NVLink domain)"
+    )
+    intra_node_gbps: float = Field(gt=0, le=1_000_000, description="per GPU per direction")
+    inter_node_gbps: float = Field(gt=0, le=1_000_000, description="NIC bandwidth per GPU per direction")
+    intra_latency_us: float = Field(default=5.0, ge=0, le=1e6, description="per collective step")
+    inter_latency_us: float = Field(default=10.0, ge=0, le=1e6, description="per collective step")
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> "NodeSpec":
+        if self.intra_domain_size % self.gpus_per_node and self.gpus_per_node % self.intra_domain_size:
+            raise ValueError(
+                f"intra_domain_size: {self.intra_domain_size} must divide or be a multiple of "
+                f"gpus_per_node {self.gpus_per_node}"
+            )
+        return self
+
+
+class EfficiencySpec(_Frozen):
+    """Achievable fractions of the peaks, fitted on published runs (``plan-calibrate``).
+
+    - GEMM efficiency of a local matrix multiply whose smaller weight dimension is ``d``:
+      ``gemm_eff_max * (1 - exp(-d / gemm_dim_scale))`` of the dense peak. Tensor parallelism
+      divides ``d`` and so lowers the efficiency (a calibrated curve, never the raw peak).
+    - ``fp8_gemm_eff_ratio``: FP8 GEMMs reach this fraction of the BF16 efficiency at the FP8 peak
+      (scaling, casts and amax bookkeeping).
+    - ``attention_eff``: fraction of peak reached by the attention products (FlashAttention, or
+      batched GEMMs of width ``head_dim`` without it).
+    - ``hbm_eff``: achievable fraction of HBM bandwidth for memory-bound kernels.
+    - ``intra_bw_eff`` / ``inter_bw_eff``: NCCL bus bandwidth as a fraction of the link peak.
+    - ``*_overlap``: fraction of a communication that overlap hides when it is enabled.
+    - ``framework_overhead_gib``: CUDA context, NCCL/cuBLAS workspaces; ``fragmentation``: allocator
+      slack as a fraction of activation memory.
+    - ``step_overhead_s``: fixed per-step cost (data loader, optimizer launch, logging).
+    """
+
+    gemm_eff_max: float = Field(default=0.80, gt=0, le=1)
+    gemm_dim_scale: float = Field(default=600.0, gt=0, le=1e6)
+    fp8_gemm_eff_ratio: float = Field(default=0.75, gt=0, le=1)
+    attention_eff: float = Field(default=0.45, gt=0, le=1)
+    hbm_eff: float = Field(default=0.80, gt=0, le=1)
+    intra_bw_eff: float = Field(default=0.75, gt=0, le=1)
+    inter_bw_eff: float = Field(default=0.75, gt=0, le=1)
+    dp_overlap: float = Field(default=0.8, ge=0, le=1)
+    tp_overlap: float = Field(default=0.6, ge=0, le=1)
+    pp_overlap: float = Field(default=0.5, ge=0, le=1)
+    cp_overlap: float = Field(default=0.8, ge=0, le=1)
+    framework_overhead_gib: float = Field(default=2.0, ge=0, le=1e4)
+    fragmentation: float = Field(default=0.10, ge=0, le=10)
+    step_overhead_s: float = Field(default=0.05, ge=0, le=1e4)
+    source: str = Field(default="defaults (not fitted)")
+
+
+class ClusterSpec(_Frozen):
+    """A system to train on: GPUs in their usual node, its network, price, storage, efficiencies."""
+
+    name: str = Field(min_length=1)
+    aliases: tuple[str, ...] = ()
+    gpu: GPUSpec
+    node: NodeSpec
+    price_per_gpu_hour_usd: float = Field(ge=0, le=1e6)
+    price_date: str = ""
+    price_source: str = ""
+    pue: float = Field(default=1.2, ge=1, le=10, description="datacenter power usage effectiveness")
+    energy_price_usd_per_kwh: float = Field(default=0.10, ge=0, le=1e3)
+    storage_read_gbps: float = Field(default=100.0, gt=0, le=1e9, description="aggregate, GB/s")
+    storage_write_gbps: float = Field(default=50.0, gt=0, le=1e9, description="aggregate, GB/s")
+    efficiency: EfficiencySpec = EfficiencySpec()
+    sources: dict[str, str] = Field(default_factory=dict)
