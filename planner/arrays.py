@@ -1,0 +1,84 @@
+"""Plans as columns of numpy arrays, so that one copy of every formula prices one plan
+(``plan-estimate``) or a hundred thousand candidates (the search) alike.
+
+Every cost-model function takes a :class:`PlanArrays` and returns arrays of the same length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Iterable
+
+import numpy as np
+
+from .plan import PRECISION_CODES, RECOMPUTE_CODES, Plan
+
+
+@dataclass(frozen=True)
+class PlanArrays:
+    """Struct of arrays; field meanings as in :class:`planner.plan.Plan`.
+
+    ``recompute`` is coded 0 none, 1 selective, 2 full; ``fp8`` is 1 for fp8 GEMMs;
+    ``rc_layers`` caps the fully recomputed layers per stage (``num_layers`` when every layer is
+    recomputed, 0 without full recomputation: a stage recomputes ``min(rc_layers, its layers)``); ``first/mid/last`` are stage layer counts.
+    """
+
+    num_gpus: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    cp: np.ndarray
+    vpp: np.ndarray
+    zero: np.ndarray
+    mb: np.ndarray
+    gb: np.ndarray
+    seq: np.ndarray
+    recompute: np.ndarray
+    rc_layers: np.ndarray
+    sp: np.ndarray
+    fa: np.ndarray
+    fp8: np.ndarray
+    fp32_grads: np.ndarray
+    ovl_grad: np.ndarray
+    ovl_param: np.ndarray
+    ovl_tp: np.ndarray
+    first: np.ndarray
+    mid: np.ndarray
+    last: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.tp.shape[0])
+
+    @property
+    def m(self) -> np.ndarray:
+        """Micro-batches per step (gradient accumulation)."""
+        return self.gb // (self.dp * self.mb)
+
+    def take(self, idx) -> "PlanArrays":
+        return PlanArrays(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})
+
+    @staticmethod
+    def from_plans(plans: Iterable[Plan], num_layers: int) -> "PlanArrays":
+        plans = list(plans)
+        cols: dict[str, list] = {f.name: [] for f in fields(PlanArrays)}
+        for p in plans:
+            f, mid, la = p.stage_layers(num_layers)
+            rc = RECOMPUTE_CODES[p.recompute]
+            rc_layers = 0
+            if rc == 2:
+                rc_layers = num_layers if p.recompute_layers is None else p.recompute_layers
+            vals = dict(
+                num_gpus=p.num_gpus, tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, vpp=p.vpp, zero=p.zero,
+                mb=p.micro_batch, gb=p.global_batch, seq=p.seq_len, recompute=rc,
+                rc_layers=rc_layers, sp=p.sequence_parallel and p.tp > 1, fa=p.flash_attention,
+                fp8=PRECISION_CODES[p.precision], fp32_grads=p.fp32_grads,
+                ovl_grad=p.overlap_grad_reduce, ovl_param=p.overlap_param_gather,
+                ovl_tp=p.overlap_tp_comm, first=f, mid=mid, last=la,
+            )
+            for k, v in vals.items():
+                cols[k].append(v)
+        out = {}
+        for k, v in cols.items():
+            dtype = bool if k in ("sp", "fa", "fp32_grads", "ovl_grad", "ovl_param", "ovl_tp") else np.int64
+            out[k] = np.asarray(v, dtype=dtype)
+        return PlanArrays(**out)

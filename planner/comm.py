@@ -1,0 +1,120 @@
+"""Collectives on a hierarchical topology, and the volumes each parallelism moves.
+
+Ring collectives (NCCL; Thakur et al. 2005; ``../shared/reference/cost-model.md``), message of
+``S`` bytes over ``n`` ranks, per-rank bus bandwidth ``B``, per-step latency ``alpha``:
+all-reduce ``2 (n-1)/n S/B``, reduce-scatter and all-gather ``(n-1)/n S/B``, plus latency.
+
+Hierarchy: a group whose ``n`` members sit ``k`` to an NVLink domain runs in two levels (as
+NCCL's multi-NIC rings do in effect): the intra-domain part moves ``(k-1)/k S`` at the NVLink
+bandwidth, the inter-domain part ``(n/k - 1)/(n/k) * S/k`` per GPU over its own NIC. Ranks are
+laid out tp, cp, dp, pp (innermost first), so the members per domain of each group follow from
+the domain size ``D``: tp ``min(tp, D)``, cp ``D/tp``, dp ``D/(tp*cp)``, pp ``D/(tp*cp*dp)``.
+
+Bus bandwidth is the link's per-direction figure times ``intra_bw_eff`` / ``inter_bw_eff``
+(NCCL's achievable fraction). Latency: ring steps for reduce-scatter/all-gather; all-reduce at
+scale uses trees, ``2 log2 n`` steps. Returned values are seconds (numpy arrays).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hardware.spec import ClusterSpec
+
+ALL_REDUCE = 2.0
+REDUCE_SCATTER = 1.0
+ALL_GATHER = 1.0
+
+
+def members_per_domain(stride, size, cluster: ClusterSpec):
+    """How many members of a group of ``size`` ranks at rank ``stride`` share one NVLink domain."""
+    d = cluster.node.intra_domain_size
+    return np.clip(d // np.maximum(stride, 1), 1, size)
+
+
+def collective_s(factor, nbytes, n, k, cluster: ClusterSpec):
+    """A ring collective (``factor`` 2 all-reduce, 1 reduce-scatter/all-gather) of ``nbytes``
+    over ``n`` ranks, ``k`` of them per NVLink domain."""
+    node, eff = cluster.node, cluster.efficiency
+    n = np.asarray(n, dtype=float)
+    k = np.minimum(np.asarray(k, dtype=float), n)
+    b_in = node.intra_node_gbps * 1e9 * eff.intra_bw_eff
+    b_out = node.inter_node_gbps * 1e9 * eff.inter_bw_eff
+    a_in = node.intra_latency_us * 1e-6
+    a_out = node.inter_latency_us * 1e-6
+    steps = lambda r: np.where(factor == ALL_REDUCE, np.minimum(r - 1, 2 * np.log2(np.maximum(r, 1))), r - 1)  # noqa: E731
+    intra = factor * (k - 1) / k * nbytes / b_in + factor * np.maximum(steps(k), 0) * a_in
+    nodes = n / k
+    inter = factor * (nodes - 1) / nodes * (nbytes / k) / b_out + factor * np.maximum(steps(nodes), 0) * a_out
+    out = np.where(n > 1, intra + np.where(nodes > 1, inter, 0.0), 0.0)
+    return out
+
+
+def p2p_s(nbytes, crosses_domain, cluster: ClusterSpec):
+    """Point-to-point send of ``nbytes`` between neighbours (pipeline or context-parallel ring)."""
+    node, eff = cluster.node, cluster.efficiency
+    b_in = node.intra_node_gbps * 1e9 * eff.intra_bw_eff
+    b_out = node.inter_node_gbps * 1e9 * eff.inter_bw_eff
+    return np.where(
+        crosses_domain,
+        nbytes / b_out + node.inter_latency_us * 1e-6,
+        nbytes / b_in + node.intra_latency_us * 1e-6,
+    )
+
+
+# ------------------------------------------------------------------ volumes per parallelism
+def tp_layer_s(hidden: int, tokens, x, cluster: ClusterSpec):
+    """Tensor parallelism, one layer, one micro-batch, one direction (forward or backward):
+    two all-reduces of ``tokens * h`` bf16 elements (with sequence parallelism the same bytes as
+    two reduce-scatter + all-gather pairs; Korthikanti et al. 2022 Sec. 4.2.2)."""
+    nbytes = 2.0 * tokens * hidden
+    k = members_per_domain(1, x.tp, cluster)
+    return 2.0 * collective_s(ALL_REDUCE, nbytes, x.tp, k, cluster)
+
+
+def cp_layer_fwd_s(kv_width: int, tokens, x, cluster: ClusterSpec):
+    """Context parallelism, one layer forward: ``cp - 1`` ring steps, each passing this rank's
+    K and V chunk (``2 * tokens * kv_width / tp`` bf16 elements, GQA heads replicated when tp
+    exceeds them). The backward passes K, V and their gradients: twice this."""
+    nbytes = 2.0 * 2.0 * tokens * kv_width
+    k = members_per_domain(x.tp, x.cp, cluster)
+    crosses = k < x.cp
+    return np.where(x.cp > 1, (x.cp - 1) * p2p_s(nbytes, crosses, cluster), 0.0)
+
+
+def pp_microbatch_s(hidden: int, tokens, x, cluster: ClusterSpec):
+    """Pipeline parallelism, per micro-batch per stage: one activation send forward and one
+    gradient send backward per model chunk (``vpp`` chunks), ``tokens * h / tp`` bf16 elements
+    (Megatron's scatter-gather optimisation; with sequence parallelism the tensor is already
+    split)."""
+    nbytes = 2.0 * tokens * hidden / x.tp
+    stride = x.tp * x.cp * x.dp
+    crosses = stride >= cluster.node.intra_domain_size
+    return np.where(x.pp > 1, 2.0 * x.vpp * p2p_s(nbytes, crosses, cluster), 0.0)
+
+
+def dp_step_s(params_local, x, cluster: ClusterSpec) -> dict:
+    """Data parallelism per step, by ZeRO stage (Rajbhandari et al. 2020):
+
+    - 0: all-reduce of the gradients once per step;
+    - 1 (and Megatron's distributed optimizer): reduce-scatter of gradients + all-gather of the
+      updated bf16 parameters, once per step;
+    - 2: reduce-scatter every micro-batch (the full gradient is never kept) + one all-gather;
+    - 3: every micro-batch gathers the parameters for the forward and again for the backward,
+      and reduce-scatters the gradients (1.5 x the all-reduce volume, per micro-batch).
+
+    Returns the seconds of the gradient side (``grad_s``, overlappable with backward) and the
+    parameter side (``param_s``, overlappable with forward), each already summed over the step.
+    """
+    gbytes = np.where(x.fp32_grads, 4.0, 2.0)
+    k = members_per_domain(x.tp * x.cp, x.dp, cluster)
+    g = params_local * gbytes
+    w = params_local * 2.0
+    m = x.m.astype(float)
+    ar = collective_s(ALL_REDUCE, g, x.dp, k, cluster)
+    rs = collective_s(REDUCE_SCATTER, g, x.dp, k, cluster)
+    ag = collective_s(ALL_GATHER, w, x.dp, k, cluster)
+    z = x.zero
+    grad_s = np.select([z == 0, z == 1, z == 2, z == 3], [ar, rs, m * rs, m * (rs + ag)])
+    param_s = np.select([z == 0, z == 1, z == 2, z == 3], [0.0 * ar, ag, ag, m * ag])
+    return {"grad_s": grad_s, "param_s": param_s, "per_microbatch": z >= 2}

@@ -1,0 +1,152 @@
+"""Every figure of a plan, vectorised: the one function the estimate, the search and the oracle share.
+
+:func:`evaluate` takes a model, a cluster and a :class:`PlanArrays` of candidates and returns
+arrays: step time with its breakdown, memory with its breakdown, feasibility, throughput, MFU,
+and (for a token budget) days, GPU-hours, dollars and energy.
+
+Conventions:
+
+- *Model FLOPs* (MFU): ``training_flops_per_iteration(recompute="none", causal=False)``, the
+  Megatron-LM / PaLM count (attention counted over the full ``s x s`` square); *hardware FLOPs*
+  (HFU) add what recomputation redoes. MFU and HFU are against the dense bf16 peak, whatever
+  the GEMM precision (so FP8 runs can exceed 50%), and say so in the output.
+- Run time for ``tokens``: ``ceil(tokens / (global_batch * seq)) * max(step, data-read time)``,
+  stretched by blocking checkpoint writes (``checkpoint bytes / storage write bandwidth`` every
+  ``checkpoint_interval_h``). Checkpoint = bf16 weights + fp32 master, momentum, variance
+  (14 B/param). Data: token ids at 4 B (2 B when the vocabulary fits in 16 bits).
+- Energy: GPUs x TDP x hours x PUE (the board at its rated power: an upper bound).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hardware.spec import ClusterSpec
+from models import counting
+from models.spec import ModelSpec
+
+from . import memory, step
+from .arrays import PlanArrays
+
+GIB = memory.GIB
+CHECKPOINT_BYTES_PER_PARAM = 14.0
+
+
+def hardware_flops_per_iteration(model: ModelSpec, x: PlanArrays):
+    """FLOPs the GPUs execute in one step, recomputation included (Narayanan et al. count)."""
+    gb = x.gb.astype(float)
+    s = x.seq.astype(float)
+    per_tok_gemm = counting.layer_gemm_flops_per_token(model)
+    attn = 4.0 * s * model.num_heads * model.head_dim * model.num_layers
+    logits = counting.logits_flops_per_token(model)
+    base = 3.0 * (per_tok_gemm + attn + logits)
+    layers_stage = np.maximum(np.maximum(x.first, x.last), 1)
+    rc_frac = np.minimum(x.rc_layers, layers_stage) / layers_stage
+    extra = np.where(x.recompute == 2, rc_frac * (per_tok_gemm + attn), np.where(x.recompute == 1, attn, 0.0))
+    return gb * s * (base + extra)
+
+
+def model_flops_per_iteration(model: ModelSpec, x: PlanArrays):
+    gb = x.gb.astype(float)
+    s = x.seq.astype(float)
+    per_tok_gemm = counting.layer_gemm_flops_per_token(model)
+    attn = 4.0 * s * model.num_heads * model.head_dim * model.num_layers
+    logits = counting.logits_flops_per_token(model)
+    return gb * s * 3.0 * (per_tok_gemm + attn + logits)
+
+
+def evaluate(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    x: PlanArrays,
+    memory_headroom: float = 0.0,
+    tokens: float | None = None,
+    checkpoint_interval_h: float = 1.0,
+) -> dict:
+    """All figures for every candidate in ``x`` (numpy arrays)."""
+    st = step.step_time(model, cluster, x)
+    mem = memory.peak_memory(model, cluster, x)
+    step_s = st["step_s"]
+    n = x.num_gpus.astype(float)
+    tokens_per_step = x.gb.astype(float) * x.seq
+    tok_s = tokens_per_step / step_s
+    peak_bf16 = cluster.gpu.peak("bf16") * 1e12
+    model_tflops = model_flops_per_iteration(model, x) / step_s / n / 1e12
+    hw_tflops = hardware_flops_per_iteration(model, x) / step_s / n / 1e12
+    capacity = cluster.gpu.memory_gib * GIB
+    usable = capacity * (1.0 - memory_headroom)
+    fits = mem["total"] <= usable
+    out = {
+        "step_s": step_s,
+        "breakdown": st["breakdown"],
+        "raw": st["raw"],
+        "bubble_fraction": st["bubble_fraction"],
+        "memory": mem,
+        "memory_peak_gib": mem["total"] / GIB,
+        "memory_usable_gib": np.full(len(x), usable / GIB),
+        "fits": fits,
+        "tokens_per_s": tok_s,
+        "tokens_per_s_per_gpu": tok_s / n,
+        "model_tflops_per_gpu": model_tflops,
+        "hardware_tflops_per_gpu": hw_tflops,
+        "mfu": model_tflops * 1e12 / peak_bf16,
+        "hfu": hw_tflops * 1e12 / peak_bf16,
+    }
+    exposed_comm = sum(st["breakdown"][k] for k in ("tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s"))
+    out["comm_ratio"] = exposed_comm / step_s
+    out["power_kw"] = n * cluster.gpu.tdp_w * cluster.pue / 1000.0
+    # Data loading and checkpoints.
+    bytes_per_token = 2.0 if model.vocab_size <= 65536 else 4.0
+    read_s = tokens_per_step * bytes_per_token / (cluster.storage_read_gbps * 1e9)
+    out["data_read_s"] = read_s
+    out["data_loading_ok"] = read_s <= step_s
+    ckpt_s = counting.total_params(model) * CHECKPOINT_BYTES_PER_PARAM / (cluster.storage_write_gbps * 1e9)
+    out["checkpoint_write_s"] = np.full(len(x), ckpt_s)
+    out["checkpoint_overhead_fraction"] = np.full(len(x), ckpt_s / (checkpoint_interval_h * 3600.0))
+    if tokens:
+        steps = np.ceil(tokens / tokens_per_step)
+        run_s = steps * np.maximum(step_s, read_s) * (1.0 + ckpt_s / (checkpoint_interval_h * 3600.0))
+        hours = run_s / 3600.0
+        out["steps"] = steps
+        out["days"] = hours / 24.0
+        out["gpu_hours"] = hours * n
+        out["cost_usd"] = hours * n * cluster.price_per_gpu_hour_usd
+        out["energy_kwh"] = hours * out["power_kw"]
+        out["energy_cost_usd"] = out["energy_kwh"] * cluster.energy_price_usd_per_kwh
+    out["bottleneck"] = bottleneck(cluster, x, st["breakdown"], fits, read_s > step_s)
+    return out
+
+
+BOTTLENECKS = ("compute", "hbm_bandwidth", "nvlink", "nic", "bubble", "memory", "storage")
+
+
+def _link_name(crosses):
+    return np.where(crosses, "nic", "nvlink")
+
+
+def bottleneck(cluster: ClusterSpec, x: PlanArrays, b: dict, fits, io_bound):
+    """The binding resource: the largest share of the step, named by the resource behind it."""
+    d = cluster.node.intra_domain_size
+    tp_cross = x.tp > d
+    cp_cross = x.tp * x.cp > d
+    pp_cross = x.tp * x.cp * x.dp >= d
+    dp_cross = x.tp * x.cp * x.dp > d
+    names = np.array(["compute", "hbm_bandwidth", "tp", "cp", "pp", "dp", "bubble"])
+    vals = np.stack([
+        b["compute_s"] + b["recompute_s"],
+        b["memory_bound_s"] + b["optimizer_s"],
+        b["tp_comm_s"],
+        b["cp_comm_s"],
+        b["pp_comm_s"],
+        b["dp_comm_s"],
+        b["bubble_s"],
+    ])
+    which = names[np.argmax(vals, axis=0)]
+    res = which.astype(object)
+    res = np.where(which == "tp", _link_name(tp_cross), res)
+    res = np.where(which == "cp", _link_name(cp_cross), res)
+    res = np.where(which == "pp", _link_name(pp_cross), res)
+    res = np.where(which == "dp", _link_name(dp_cross), res)
+    res = np.where(io_bound, "storage", res)
+    res = np.where(fits, res, "memory")
+    return res

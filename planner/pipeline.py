@@ -1,0 +1,32 @@
+"""Pipeline schedules: 1F1B and interleaved 1F1B (Narayanan et al. 2021, Sec. 2.2).
+
+With ``m`` micro-batches, ``p`` stages and ``v`` model chunks per GPU, the step's pipeline part is
+``m * t_slow + (p - 1)/v * t_mean``: the slowest stage sets the steady-state pace (uneven splits,
+the embedding on the first stage, logits and loss on the last), and warm-up plus cool-down cost
+``(p-1)/v`` micro-batch times of an average stage (the bubble; its fraction of the ideal time is
+``(p-1)/(v m)`` for balanced stages, as in the paper). ``t_*`` are forward + backward seconds of
+one micro-batch through all of a stage's chunks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .arrays import PlanArrays
+
+
+def stage_mix(x: PlanArrays, first, mid, last):
+    """Slowest and mean stage time from the first-, middle- and last-stage times."""
+    p = x.pp.astype(float)
+    single = x.pp == 1
+    slow = np.where(single, first, np.maximum(np.maximum(first, last), np.where(x.pp > 2, mid, 0.0)))
+    mean = np.where(single, first, (first + last + np.maximum(p - 2, 0) * mid) / np.maximum(p, 1))
+    return slow, mean
+
+
+def pipeline_s(x: PlanArrays, slow, mean) -> dict:
+    """Steady-state and bubble seconds of one step."""
+    m = x.m.astype(float)
+    steady = m * slow
+    bubble = (x.pp - 1) / x.vpp * mean
+    return {"steady_s": steady, "bubble_s": bubble, "bubble_fraction": bubble / np.maximum(steady, 1e-30)}

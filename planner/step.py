@@ -1,0 +1,146 @@
+"""Step time of a plan: the pure combination of compute, communication, pipeline and optimizer.
+
+One function, :func:`step_time`, evaluates every candidate at once; ``plan-estimate``, the
+search and the exhaustive oracle all call it. The returned breakdown sums exactly to
+``step_s``:
+
+``step = m * (stage compute + memory-bound + recompute + exposed TP/CP/PP comm of the slowest
+stage) + bubble + exposed DP comm + optimizer + fixed overhead``.
+
+Overlap: with ``overlap_tp_comm`` a fraction ``tp_overlap`` of TP communication is hidden
+(Transformer Engine user-buffer overlap); the CP ring hides behind attention compute up to
+``cp_overlap`` of it; pipeline sends hide ``pp_overlap`` of their time; the gradient
+reduce-scatter / all-reduce hides behind the backward of the last micro-batch and the parameter
+all-gather behind the forward of the first (Megatron ``--overlap-grad-reduce``,
+``--overlap-param-gather``), each at most ``dp_overlap`` of that compute; ZeRO-2/3 collectives
+repeat per micro-batch and hide per micro-batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hardware.spec import ClusterSpec
+from models.spec import ModelSpec
+
+from . import comm, compute, memory, pipeline
+from .arrays import PlanArrays
+
+TIME_KEYS = (
+    "compute_s",
+    "memory_bound_s",
+    "recompute_s",
+    "tp_comm_s",
+    "cp_comm_s",
+    "pp_comm_s",
+    "bubble_s",
+    "dp_comm_s",
+    "optimizer_s",
+    "overhead_s",
+)
+
+
+def _stage_components(model, cluster, x, layers, lt, comm_layer, with_embed, with_logits, lg, em, pp_s):
+    """Per micro-batch seconds of one stage, by component."""
+    n_rc = np.minimum(x.rc_layers, layers).astype(float)
+    comp = layers * (lt["compute_fwd_s"] + lt["compute_bwd_s"])
+    mem = layers * (lt["membound_fwd_s"] + lt["membound_bwd_s"])
+    rc_full = n_rc * (lt["compute_fwd_s"] + lt["membound_fwd_s"])
+    rc_sel = np.where(x.recompute == 1, layers * lt["selective_extra_s"], 0.0)
+    tp = layers * comm_layer["tp_exposed"] + n_rc * comm_layer["tp_exposed_fwd"]
+    cp = layers * comm_layer["cp_exposed"] + n_rc * comm_layer["cp_exposed_fwd"]
+    comp = comp + np.where(with_embed, em["compute_s"], 0.0) + np.where(with_logits, lg["compute_s"], 0.0)
+    mem = mem + np.where(with_embed, em["membound_s"], 0.0) + np.where(with_logits, lg["membound_s"], 0.0)
+    return {
+        "compute_s": comp,
+        "memory_bound_s": mem,
+        "recompute_s": rc_full + rc_sel,
+        "tp_comm_s": tp,
+        "cp_comm_s": cp,
+        "pp_comm_s": pp_s,
+    }
+
+
+def _layer_comm(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, lt) -> dict:
+    """Exposed TP and CP seconds per layer per micro-batch (forward+backward, and forward alone
+    for what full recomputation repeats), plus the raw volumes for the report."""
+    eff = cluster.efficiency
+    T = compute.tokens_per_gpu(x)
+    tp_dir = comm.tp_layer_s(model.hidden_size, T, x, cluster)  # one direction
+    tp_keep = np.where(x.ovl_tp, 1.0 - eff.tp_overlap, 1.0)
+    kv_width = np.maximum(model.num_kv_heads, x.tp) / x.tp * model.head_dim
+    cp_f = comm.cp_layer_fwd_s(kv_width, T, x, cluster)
+    cp_b = 2.0 * cp_f
+    attn_f = lt["attn_fwd_s"]
+    attn_b = lt["compute_bwd_s"] - 2.0 * (lt["compute_fwd_s"] - attn_f)
+    cp_exp_f = np.maximum(0.0, cp_f - eff.cp_overlap * attn_f)
+    cp_exp_b = np.maximum(0.0, cp_b - eff.cp_overlap * attn_b)
+    return {
+        "tp_exposed": 2.0 * tp_dir * tp_keep,
+        "tp_exposed_fwd": tp_dir * tp_keep,
+        "tp_raw": 2.0 * tp_dir,
+        "cp_exposed": cp_exp_f + cp_exp_b,
+        "cp_exposed_fwd": cp_exp_f,
+        "cp_raw": cp_f + cp_b,
+    }
+
+
+def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
+    """Seconds of one optimizer step for every candidate, with its breakdown (``TIME_KEYS``)."""
+    eff = cluster.efficiency
+    lt = compute.layer_times(model, cluster, x)
+    lg = compute.logits_times(model, cluster, x)
+    em = compute.embedding_times(model, cluster, x)
+    cl = _layer_comm(model, cluster, x, lt)
+    T = compute.tokens_per_gpu(x)
+    pp_raw = comm.pp_microbatch_s(model.hidden_size, T, x, cluster)
+    pp_s = pp_raw * (1.0 - eff.pp_overlap)
+    single = x.pp == 1
+    first = _stage_components(model, cluster, x, x.first, lt, cl, True, single, lg, em, pp_s)
+    mid = _stage_components(model, cluster, x, x.mid, lt, cl, False, False, lg, em, pp_s)
+    last = _stage_components(model, cluster, x, x.last, lt, cl, single, True, lg, em, pp_s)
+    tot = lambda c: sum(c[k] for k in c)  # noqa: E731
+    t_first, t_mid, t_last = tot(first), tot(mid), tot(last)
+    slow, mean = pipeline.stage_mix(x, t_first, t_mid, t_last)
+    pipe = pipeline.pipeline_s(x, slow, mean)
+    # Components of the slowest stage make up the steady state.
+    is_last = (t_last >= t_first) & ((x.pp <= 2) | (t_last >= t_mid))
+    is_mid = (~is_last) & (x.pp > 2) & (t_mid > t_first)
+    pick = lambda k: np.where(is_last, last[k], np.where(is_mid, mid[k], first[k]))  # noqa: E731
+    m = x.m.astype(float)
+    out = {k: m * pick(k) for k in first}
+    out["bubble_s"] = pipe["bubble_s"]
+
+    # Data parallelism and optimizer on the larger of the first/last stage.
+    psi = np.maximum(memory.stage_params(model, x, "first"), memory.stage_params(model, x, "last"))
+    dp = comm.dp_step_s(psi, x, cluster)
+    layers_slow = np.where(is_last, x.last, np.where(is_mid, x.mid, x.first))
+    fwd_mb = layers_slow * lt["compute_fwd_s"]
+    bwd_mb = layers_slow * lt["compute_bwd_s"]
+    z = x.zero
+    grad_per_mb = z >= 2
+    param_per_mb = z >= 3
+    hide = eff.dp_overlap
+    grad_exp = np.where(
+        x.ovl_grad,
+        np.where(grad_per_mb, m * np.maximum(0.0, dp["grad_s"] / m - hide * bwd_mb),
+                 np.maximum(0.0, dp["grad_s"] - hide * bwd_mb)),
+        dp["grad_s"],
+    )
+    param_exp = np.where(
+        x.ovl_param,
+        np.where(param_per_mb, m * np.maximum(0.0, dp["param_s"] / m - hide * fwd_mb),
+                 np.maximum(0.0, dp["param_s"] - hide * fwd_mb)),
+        dp["param_s"],
+    )
+    out["dp_comm_s"] = grad_exp + param_exp
+    out["optimizer_s"] = compute.optimizer_s(psi, cluster, x)
+    out["overhead_s"] = np.full(len(x), eff.step_overhead_s)
+    step = sum(out[k] for k in TIME_KEYS)
+    raw = {
+        "tp_comm_raw_s": m * layers_slow * (cl["tp_raw"]),
+        "cp_comm_raw_s": m * layers_slow * cl["cp_raw"],
+        "pp_comm_raw_s": m * pp_raw,
+        "dp_comm_raw_s": dp["grad_s"] + dp["param_s"],
+    }
+    return {"step_s": step, "breakdown": out, "raw": raw, "bubble_fraction": pipe["bubble_fraction"]}
