@@ -1,0 +1,141 @@
+"""``--gpu`` resolution: a catalog name or a cluster YAML file, then ``--set`` overrides.
+
+A cluster file is either a full :class:`ClusterSpec` document or a partial one on top of a
+catalog system::
+
+    base: h100-sxm            # any catalog name or alias
+    name: my-h100-cluster     # optional; defaults to the file name
+    node:
+      inter_node_gbps: 25     # only the fields that differ; nested mappings merge
+    gpu:
+      peak_tflops: {bf16: 900}
+    price_per_gpu_hour_usd: 2.1
+
+Errors are one line naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+from pydantic import BaseModel, ValidationError
+
+from hardware.catalog import canonical_name, get_cluster
+from hardware.overrides import apply_overrides
+from hardware.spec import ClusterSpec
+from models.io import InputError, load_document, validation_message
+
+FILE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for k, v in top.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _check_fields(data: Any, model: type[BaseModel], where: str, prefix: str = "") -> None:
+    """Unknown keys -> one line with the closest field names (before pydantic's generic message)."""
+    if not isinstance(data, dict):
+        return
+    fields = model.model_fields
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=3, cutoff=0.5)
+            hint = f"; closest: {', '.join(prefix + c for c in close)}" if close else ""
+            raise InputError(f"{where}: {path}: no such field{hint}")
+        ann = fields[key].annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            _check_fields(value, ann, where, f"{path}.")
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _credit_file(merged: dict[str, Any], data: dict[str, Any], note: str) -> None:
+    """Figures the file changes on top of a base get the file as their source (unless it gives one)."""
+    for section in ("gpu", "node"):
+        part = data.get(section)
+        if not isinstance(part, dict) or not isinstance(merged.get(section), dict):
+            continue
+        given = part.get("sources") if isinstance(part.get("sources"), dict) else {}
+        sources = merged[section].setdefault("sources", {})
+        if not isinstance(sources, dict):
+            continue
+        for key, value in part.items():
+            if key in ("sources", "name"):
+                continue
+            if isinstance(value, dict):
+                names = [f"{key}.{k}" for k, v in value.items() if _is_number(v)]
+            else:
+                names = [key] if _is_number(value) else []
+            for name in names:
+                if name not in given and key not in given:
+                    sources[name] = note
+    top = merged.get("sources")
+    if isinstance(top, dict):
+        for key, value in data.items():
+            if key not in ("gpu", "node", "efficiency", "sources") and _is_number(value):
+                if key not in (data.get("sources") or {}):
+                    top[key] = note
+
+
+def load_cluster_file(path: str | Path) -> ClusterSpec:
+    """A :class:`ClusterSpec` from a YAML/JSON file, with optional ``base: <catalog name>``."""
+    p = Path(path)
+    data = load_document(p, "cluster")
+    where = f"cluster {p.name}"
+    if "base" in data:
+        base_name = data.pop("base")
+        if not isinstance(base_name, str) or not base_name.strip():
+            raise InputError(f"{where}: base: expected a catalog name, e.g. base: h100-sxm")
+        base = get_cluster(base_name, field=f"{where}: base")
+        _check_fields(data, ClusterSpec, where)
+        merged = base.model_dump()
+        merged["aliases"] = ()  # the catalog aliases name the catalog entry, not this cluster
+        merged["name"] = p.stem
+        merged["sources"] = dict(merged.get("sources", {}), base=f"catalog {base.name} + {p.name}")
+        merged = _deep_merge(merged, data)
+        _credit_file(merged, data, f"{p.name} (overrides catalog {base.name})")
+    else:
+        _check_fields(data, ClusterSpec, where)
+        merged = dict(data)
+        merged.setdefault("name", p.stem)
+    try:
+        return ClusterSpec.model_validate(merged)
+    except ValidationError as exc:
+        raise InputError(validation_message(exc, where)) from None
+
+
+def _looks_like_path(ref: str) -> bool:
+    return ref.lower().endswith(FILE_SUFFIXES) or os.sep in ref or (os.altsep or "\0") in ref
+
+
+def resolve_cluster(ref: str, sets: Sequence[str] = ()) -> ClusterSpec:
+    """``--gpu`` value -> :class:`ClusterSpec`: a catalog name/alias or a cluster file; then ``sets``.
+
+    A reference with a YAML/JSON suffix or a path separator is a file; otherwise a catalog name
+    wins over a same-named file in the working directory.
+    """
+    if not isinstance(ref, str) or not ref.strip():
+        raise InputError("gpu: empty; give a catalog name (see 'plan-catalog gpus') or a cluster YAML file")
+    ref = ref.strip()
+    if _looks_like_path(ref):
+        cluster = load_cluster_file(ref)
+    elif canonical_name(ref) is not None:
+        cluster = get_cluster(ref)
+    elif Path(ref).is_file():
+        cluster = load_cluster_file(ref)
+    else:
+        cluster = get_cluster(ref)  # raises: unknown name, with the closest ones
+    return apply_overrides(cluster, sets)
