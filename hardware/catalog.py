@@ -1,6 +1,6 @@
 """The built-in hardware catalog: ``hardware/catalog.yaml`` as validated :class:`ClusterSpec` objects.
 
-Names and aliases are matched case-insensitively; an unknown name raises :class:`InputError` with
+Names and aliases are matched case-insensitively (``_`` and spaces count as ``-``); an unknown name raises :class:`InputError` with
 the closest catalog names. The YAML file is read through :mod:`importlib.resources`, so the catalog
 works from an installed package as well as from a source checkout.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import re
 from importlib import resources
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -22,7 +23,8 @@ CATALOG_RESOURCE = "catalog.yaml"
 
 
 def _normalize(name: str) -> str:
-    return name.strip().lower()
+    """Lookup key: lower case, runs of ``_`` and spaces read as ``-`` (``"A100 80GB"`` -> ``a100-80gb``)."""
+    return re.sub(r"[\s_]+", "-", name.strip().lower())
 
 
 @functools.lru_cache(maxsize=1)
