@@ -1,0 +1,325 @@
+"""HuggingFace ``config.json`` -> :class:`~models.spec.ModelSpec`.
+
+Keys read (first spelling found wins; everything else in the config is ignored):
+
+==================  =======================================================================
+spec field          HF keys
+==================  =======================================================================
+num_layers          num_hidden_layers, n_layer, num_layers, n_layers
+hidden_size         hidden_size, n_embd, d_model, n_embed
+num_heads           num_attention_heads, n_head, num_heads
+num_kv_heads        num_key_value_heads, num_kv_heads, n_head_kv, multi_query_group_num
+                    (``multi_query: true`` -> 1); default = heads
+head_dim            head_dim, kv_channels; default hidden / heads
+ffn_hidden_size     intermediate_size, ffn_dim, n_inner, ffn_hidden_size; default 4h
+vocab_size          vocab_size, padded_vocab_size
+seq_len             rope_scaling.original_max_position_embeddings (the pre-training context of
+                    Llama 3.1-style scaled RoPE), else max_position_embeddings, n_positions,
+                    seq_length, max_sequence_length; default 2048
+tied_embeddings     tie_word_embeddings; default by family (HF's base default is tied, but the
+                    Llama/Mistral/Qwen/NeoX/Nemotron/DeepSeek config classes default to untied)
+activation          hidden_act / activation_function / hidden_activation, gated by family:
+                    silu/swish -> swiglu and gelu* -> geglu for gated-MLP families (llama,
+                    mistral, mixtral, qwen2, qwen2_moe, qwen3, deepseek, gemma, phi3, olmo ...);
+                    relu2 -> relu2; gelu*/relu -> gelu otherwise (ReLU has GeLU's two matrices)
+norm                rms_norm_eps / rms_norm_epsilon -> rmsnorm; layer_norm_eps /
+                    layer_norm_epsilon / layernorm_epsilon / norm_eps -> layernorm; else by family
+position            alibi (bloom, ``alibi: true``) / rotary (rope_theta, rotary_pct,
+                    rotary_emb_base, position_embedding_type rotary|rope, or family) / learned
+bias, qkv_bias      attention_bias, mlp_bias, bias, use_bias, enable_bias, add_bias_linear,
+                    qkv_bias; qwen2 / qwen2_moe have Q/K/V biases only
+dropout             any positive attention_dropout, hidden_dropout, resid_pdrop, embd_pdrop,
+                    attn_pdrop, dropout, hidden_dropout_prob, attention_probs_dropout_prob
+MoE (Mixtral)       num_local_experts, num_experts_per_tok (experts use intermediate_size)
+MoE (Qwen-MoE)      num_experts, num_experts_per_tok, moe_intermediate_size,
+                    shared_expert_intermediate_size (one shared expert), decoder_sparse_step,
+                    mlp_only_layers
+MoE (DeepSeek)      n_routed_experts, n_shared_experts, num_experts_per_tok,
+                    moe_intermediate_size, first_k_dense_replace, moe_layer_freq
+==================  =======================================================================
+
+Not modelled (raises :class:`~models.io.InputError`): DeepSeek multi-head latent attention
+(``kv_lora_rank``) -- its low-rank Q/KV projections have no GQA equivalent that keeps both the
+parameter and the FLOP count, so an approximation would silently mislead; OPT's
+``word_embed_proj_dim != hidden_size`` projection; MoE layer patterns that are not "the first
+``n`` layers dense, then every ``k``-th layer MoE". Small extras are ignored: Qwen2-MoE's
+shared-expert gate (``h`` weights per layer), BLOOM's embedding LayerNorm, the o_proj bias of
+configs with ``attention_bias`` but no MLP bias.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from .io import InputError, validation_message
+from .spec import ModelSpec
+
+# Families whose MLP is gated (gate, up, down projections).
+GATED_FAMILIES = frozenset(
+    {
+        "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek",
+        "deepseek_v2", "deepseek_v3", "gemma", "gemma2", "gemma3", "gemma3_text", "phi3",
+        "olmo", "olmo2", "olmoe", "granite", "granitemoe", "internlm2", "baichuan", "cohere",
+        "yi", "exaone", "minicpm", "stablelm", "jamba", "dbrx", "arctic", "glm", "glm4",
+        "hunyuan", "ernie4_5", "smollm3", "llama4_text", "minimax", "mistral3",
+    }
+)
+# Config classes whose ``tie_word_embeddings`` defaults to False (HF's base default is True).
+UNTIED_FAMILIES = frozenset(
+    {
+        "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek",
+        "deepseek_v2", "deepseek_v3", "gpt_neox", "nemotron", "phi3", "olmo", "olmo2", "olmoe",
+        "granite", "granitemoe", "internlm2", "baichuan", "falcon", "jamba", "dbrx", "arctic",
+        "stablelm", "exaone", "minicpm", "hunyuan", "llama4_text", "mistral3",
+    }
+)
+RMSNORM_FAMILIES = frozenset(
+    GATED_FAMILIES - {"stablelm", "cohere", "dbrx"}
+)
+ROTARY_FAMILIES = frozenset(
+    (GATED_FAMILIES - {"jamba"}) | {"gpt_neox", "gptj", "nemotron", "falcon", "starcoder2", "phi", "persimmon"}
+)
+ALIBI_FAMILIES = frozenset({"bloom", "mpt"})
+# Families with biases on every linear layer unless the config says otherwise.
+BIASED_FAMILIES = frozenset(
+    {"gpt2", "gpt_bigcode", "opt", "bloom", "gpt_neox", "gptj", "phi", "starcoder2", "gpt_neo", "persimmon"}
+)
+QKV_BIAS_FAMILIES = frozenset({"qwen2", "qwen2_moe", "qwen2_vl"})
+
+_DROPOUT_KEYS = (
+    "attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop", "dropout",
+    "hidden_dropout_prob", "attention_probs_dropout_prob", "ffn_dropout",
+)
+
+
+def _where(name: str) -> str:
+    return f"hf config {name}"
+
+
+def _get(cfg: dict[str, Any], keys: tuple[str, ...]) -> tuple[str | None, Any]:
+    """First key of ``keys`` present with a non-null value."""
+    for k in keys:
+        if cfg.get(k) is not None:
+            return k, cfg[k]
+    return None, None
+
+
+def _as_int(value: Any, key: str, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{where}: {key} must be a positive integer (got {value!r:.60})")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise InputError(f"{where}: {key} must be a positive integer (got {value!r})")
+        value = int(value)
+    if value <= 0:
+        raise InputError(f"{where}: {key} must be a positive integer (got {value})")
+    return value
+
+
+def _int(cfg, keys, where, required=True, what=""):
+    key, value = _get(cfg, keys)
+    if key is None:
+        if required:
+            others = f" (or {', '.join(keys[1:])})" if len(keys) > 1 else ""
+            raise InputError(f"{where}: missing {keys[0]}{others}{': ' + what if what else ''}")
+        return None
+    return _as_int(value, key, where)
+
+
+def _bool(cfg, keys) -> bool | None:
+    key, value = _get(cfg, keys)
+    return None if key is None else bool(value)
+
+
+def _activation(cfg: dict[str, Any], family: str, where: str) -> str:
+    key, act = _get(cfg, ("hidden_act", "activation_function", "hidden_activation", "activation"))
+    act = str(act).lower() if act is not None else ""
+    gated = family in GATED_FAMILIES
+    if not act:
+        return "swiglu" if gated else "gelu"
+    if act in ("relu2", "squared_relu", "squared-relu", "relu_squared"):
+        return "relu2"
+    if act in ("swiglu", "geglu"):
+        return act
+    if act in ("silu", "swish"):
+        # An unknown family with SiLU is almost always a SwiGLU (Llama-style) MLP.
+        return "swiglu" if gated or family not in BIASED_FAMILIES | ALIBI_FAMILIES else "gelu"
+    if act.startswith("gelu") or act in ("quick_gelu", "fast_gelu", "relu", "relu6", "leaky_relu"):
+        return "geglu" if gated and act.startswith("gelu") else "gelu"
+    raise InputError(f"{where}: {key}: activation {act!r} is not modelled; use silu, gelu, relu or relu2")
+
+
+def _sparse_layers(cfg: dict[str, Any], family: str, num_layers: int, where: str) -> list[int]:
+    """Indices of the MoE layers by the config's own rule."""
+    if cfg.get("n_routed_experts") is not None:  # DeepSeek
+        first = cfg.get("first_k_dense_replace") or 0
+        freq = cfg.get("moe_layer_freq") or 1
+        first = _as_int(first, "first_k_dense_replace", where) if first else 0
+        freq = _as_int(freq, "moe_layer_freq", where)
+        return [i for i in range(num_layers) if i >= first and i % freq == 0]
+    if family.startswith("qwen") or "decoder_sparse_step" in cfg or "mlp_only_layers" in cfg:
+        step = _as_int(cfg.get("decoder_sparse_step") or 1, "decoder_sparse_step", where)
+        only = cfg.get("mlp_only_layers") or []
+        if not isinstance(only, list) or not all(isinstance(i, int) for i in only):
+            raise InputError(f"{where}: mlp_only_layers must be a list of layer indices (got {only!r:.60})")
+        return [i for i in range(num_layers) if i not in only and (i + 1) % step == 0]
+    return list(range(num_layers))  # Mixtral-style: every layer
+
+
+def _fit_layer_pattern(sparse: list[int], num_layers: int, where: str) -> tuple[int, int]:
+    """(first_dense_layers, moe_layer_freq) reproducing exactly the MoE layer set ``sparse``."""
+    first = sparse[0]
+    freq = sparse[1] - sparse[0] if len(sparse) > 1 else max(1, num_layers - first)
+    pattern = [i for i in range(first, num_layers) if (i - first) % freq == 0]
+    if pattern != sparse:
+        shown = ",".join(str(i) for i in sparse[:12]) + ("..." if len(sparse) > 12 else "")
+        raise InputError(
+            f"{where}: mlp_only_layers/decoder_sparse_step: MoE layers [{shown}] are not 'first n dense, "
+            "then every k-th'; write a YAML spec with first_dense_layers and moe_layer_freq instead"
+        )
+    return first, freq
+
+
+def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, ffn: int, where: str) -> dict[str, Any]:
+    key, experts = _get(cfg, ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"))
+    if key is None:
+        return {}
+    experts = _as_int(experts, key, where) if experts else 0
+    if experts <= 1:
+        return {}
+    k = _int(cfg, ("num_experts_per_tok", "moe_top_k", "top_k"), where, what="experts used per token")
+    expert_ffn = _int(cfg, ("moe_intermediate_size",), where, required=False) or ffn
+    out: dict[str, Any] = {
+        "num_experts": experts,
+        "experts_per_token": k,
+        "expert_ffn_hidden_size": expert_ffn,
+    }
+    shared_n = _int(cfg, ("n_shared_experts",), where, required=False) if cfg.get("n_shared_experts") else 0
+    if shared_n:
+        out["num_shared_experts"] = shared_n
+        out["shared_expert_ffn_hidden_size"] = expert_ffn
+    elif cfg.get("shared_expert_intermediate_size"):
+        out["num_shared_experts"] = 1
+        out["shared_expert_ffn_hidden_size"] = _as_int(
+            cfg["shared_expert_intermediate_size"], "shared_expert_intermediate_size", where
+        )
+    sparse = _sparse_layers(cfg, family, num_layers, where)
+    if not sparse:
+        return {}
+    first, freq = _fit_layer_pattern(sparse, num_layers, where)
+    out["first_dense_layers"] = first
+    out["moe_layer_freq"] = freq
+    return out
+
+
+def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSpec:
+    """Build a :class:`ModelSpec` from a HuggingFace ``config.json`` mapping.
+
+    ``name`` becomes the spec's name; ``where`` prefixes error messages (default
+    ``"hf config <name>"``; :func:`models.resolve.resolve_model` passes the file name).
+    """
+    where = where or _where(name)
+    if not isinstance(cfg, dict):
+        raise InputError(f"{where}: expected a JSON object, got {type(cfg).__name__}")
+    if not any(k in cfg for k in ("num_hidden_layers", "n_layer", "num_layers", "n_layers")):
+        nested = cfg.get("text_config")
+        if isinstance(nested, dict):  # multimodal wrappers keep the LM under text_config
+            cfg = {**nested, "model_type": nested.get("model_type", cfg.get("model_type"))}
+    family = str(cfg.get("model_type") or "").lower()
+
+    if cfg.get("kv_lora_rank") is not None:
+        raise InputError(
+            f"{where}: kv_lora_rank: multi-head latent attention (DeepSeek MLA) is not modelled yet; "
+            "write a YAML spec with an equivalent num_kv_heads/head_dim to approximate it"
+        )
+
+    layers = _int(cfg, ("num_hidden_layers", "n_layer", "num_layers", "n_layers"), where, what="number of layers")
+    hidden = _int(cfg, ("hidden_size", "n_embd", "d_model", "n_embed"), where, what="hidden size")
+    heads = _int(cfg, ("num_attention_heads", "n_head", "num_heads"), where, what="attention heads")
+    vocab = _int(cfg, ("vocab_size", "padded_vocab_size"), where, what="vocabulary size")
+    kv = _int(cfg, ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num"), where, required=False)
+    if kv is None and cfg.get("multi_query") is True and not cfg.get("new_decoder_architecture"):
+        kv = 1
+    head_dim = _int(cfg, ("head_dim", "kv_channels"), where, required=False)
+    ffn = _int(cfg, ("intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size"), where, required=False)
+    ffn = ffn or 4 * hidden
+
+    proj = cfg.get("word_embed_proj_dim")
+    if proj is not None and proj != hidden:
+        raise InputError(
+            f"{where}: word_embed_proj_dim: {proj!r} != hidden_size {hidden}; OPT's embedding projection is not modelled"
+        )
+
+    rope_scaling = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), dict) else {}
+    seq_key, seq = _get(
+        {"original_max_position_embeddings": rope_scaling.get("original_max_position_embeddings"), **cfg},
+        ("original_max_position_embeddings", "max_position_embeddings", "n_positions", "seq_length",
+         "max_sequence_length"),
+    )
+    seq_len = _as_int(seq, seq_key, where) if seq_key else 2048
+
+    tied = _bool(cfg, ("tie_word_embeddings",))
+    if tied is None:
+        tied = family not in UNTIED_FAMILIES
+
+    if any(k in cfg for k in ("rms_norm_eps", "rms_norm_epsilon")):
+        norm = "rmsnorm"
+    elif any(k in cfg for k in ("layer_norm_eps", "layer_norm_epsilon", "layernorm_epsilon", "norm_eps")):
+        norm = "layernorm"
+    else:
+        norm = "rmsnorm" if family in RMSNORM_FAMILIES else "layernorm"
+
+    pos_type = str(cfg.get("position_embedding_type") or "").lower()
+    if family in ALIBI_FAMILIES or cfg.get("alibi") is True:
+        position = "alibi"
+    elif (
+        pos_type in ("rotary", "rope")
+        or _get(cfg, ("rope_theta", "rotary_pct", "rotary_emb_base", "rotary_dim", "rope_scaling"))[0]
+        or family in ROTARY_FAMILIES
+    ):
+        position = "rotary"
+    else:
+        position = "learned"
+
+    default_bias = family in BIASED_FAMILIES
+    any_bias = _bool(cfg, ("bias", "use_bias", "enable_bias", "add_bias_linear"))
+    if any_bias is None:
+        any_bias = default_bias
+    attn_bias = _bool(cfg, ("attention_bias",))
+    mlp_bias = _bool(cfg, ("mlp_bias",))
+    bias = mlp_bias if mlp_bias is not None else any_bias
+    qkv_bias = _bool(cfg, ("qkv_bias",))
+    if qkv_bias is None:
+        qkv_bias = attn_bias if attn_bias is not None else (bias or family in QKV_BIAS_FAMILIES)
+
+    dropout = any(
+        isinstance(cfg.get(k), (int, float)) and not isinstance(cfg.get(k), bool) and cfg[k] > 0
+        for k in _DROPOUT_KEYS
+    )
+
+    fields: dict[str, Any] = {
+        "name": name,
+        "num_layers": layers,
+        "hidden_size": hidden,
+        "num_heads": heads,
+        "num_kv_heads": kv,
+        "head_dim": head_dim,
+        "ffn_hidden_size": ffn,
+        "vocab_size": vocab,
+        "seq_len": seq_len,
+        "activation": _activation(cfg, family, where),
+        "position": position,
+        "tied_embeddings": tied,
+        "norm": norm,
+        "bias": bias,
+        "qkv_bias": qkv_bias,
+        "dropout": dropout,
+        "source": f"HF config {name}" + (f" (model_type {family})" if family else ""),
+    }
+    fields.update(_moe_fields(cfg, family, layers, ffn, where))
+    try:
+        return ModelSpec(**fields)
+    except ValidationError as exc:
+        raise InputError(validation_message(exc, where=where)) from None
