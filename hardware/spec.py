@@ -110,6 +110,8 @@ class EfficiencySpec(_Frozen):
       batched GEMMs of width ``head_dim`` without it).
     - ``hbm_eff``: achievable fraction of HBM bandwidth for memory-bound kernels.
     - ``intra_bw_eff`` / ``inter_bw_eff``: NCCL bus bandwidth as a fraction of the link peak.
+    - ``zero3_bw_eff``: fraction of that bus bandwidth reached by ZeRO-3 / FSDP parameter
+      gathers and gradient reduce-scatters (per-module collectives; implementation dependent).
     - ``*_overlap``: fraction of a communication that overlap hides when it is enabled.
     - ``framework_overhead_gib``: CUDA context, NCCL/cuBLAS workspaces; ``fragmentation``: allocator
       slack as a fraction of activation memory.
@@ -123,6 +125,7 @@ class EfficiencySpec(_Frozen):
     hbm_eff: float = Field(default=0.80, gt=0, le=1)
     intra_bw_eff: float = Field(default=0.75, gt=0, le=1)
     inter_bw_eff: float = Field(default=0.75, gt=0, le=1)
+    zero3_bw_eff: float = Field(default=1.0, gt=0, le=1)
     dp_overlap: float = Field(default=0.8, ge=0, le=1)
     tp_overlap: float = Field(default=0.6, ge=0, le=1)
     pp_overlap: float = Field(default=0.5, ge=0, le=1)

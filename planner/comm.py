@@ -42,7 +42,10 @@ def collective_s(factor, nbytes, n, k, cluster: ClusterSpec):
     b_out = node.inter_node_gbps * 1e9 * eff.inter_bw_eff
     a_in = node.intra_latency_us * 1e-6
     a_out = node.inter_latency_us * 1e-6
-    steps = lambda r: np.where(factor == ALL_REDUCE, np.minimum(r - 1, 2 * np.log2(np.maximum(r, 1))), r - 1)  # noqa: E731
+    def steps(r):
+        tree = np.minimum(r - 1, 2 * np.log2(np.maximum(r, 1)))
+        return tree if factor == ALL_REDUCE else r - 1
+
     intra = factor * (k - 1) / k * nbytes / b_in + factor * np.maximum(steps(k), 0) * a_in
     nodes = n / k
     inter = factor * (nodes - 1) / nodes * (nbytes / k) / b_out + factor * np.maximum(steps(nodes), 0) * a_out
@@ -114,7 +117,8 @@ def dp_step_s(params_local, x, cluster: ClusterSpec) -> dict:
     ar = collective_s(ALL_REDUCE, g, x.dp, k, cluster)
     rs = collective_s(REDUCE_SCATTER, g, x.dp, k, cluster)
     ag = collective_s(ALL_GATHER, w, x.dp, k, cluster)
+    slow = 1.0 / cluster.efficiency.zero3_bw_eff
     z = x.zero
-    grad_s = np.select([z == 0, z == 1, z == 2, z == 3], [ar, rs, m * rs, m * (rs + ag)])
-    param_s = np.select([z == 0, z == 1, z == 2, z == 3], [0.0 * ar, ag, ag, m * ag])
+    grad_s = np.select([z == 0, z == 1, z == 2, z == 3], [ar, rs, m * rs, m * (rs + ag) * slow])
+    param_s = np.select([z == 0, z == 1, z == 2, z == 3], [0.0 * ar, ag, ag, m * ag * slow])
     return {"grad_s": grad_s, "param_s": param_s, "per_microbatch": z >= 2}

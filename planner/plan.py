@@ -170,10 +170,9 @@ class Plan(BaseModel):
                 )
             if self.pp == 2 and (f <= 0 or la <= 0 or f + la != l):
                 raise InputError(f"first_stage_layers: {f} + {la} must equal num_layers {l}")
-            if self.vpp > 1 and (uneven or (l // self.pp) % self.vpp):
+            if self.vpp > 1 and mid % self.vpp:
                 raise InputError(
-                    f"vpp: layers per stage ({l // self.pp}) must be divisible by vpp {self.vpp} "
-                    "(and the split even)"
+                    f"vpp: layers per (middle) stage ({mid}) must be divisible by vpp {self.vpp}"
                 )
         if self.recompute_layers is not None:
             f, mid, la = self.stage_layers(l)

@@ -1,0 +1,110 @@
+"""Fidelity benchmark: the cost model against every published run with a complete configuration.
+
+    python bench/fidelity.py            # built-in (catalog) efficiencies, per-row table, summaries
+    python bench/fidelity.py --loso     # + leave-one-source-out refits
+    python bench/fidelity.py --refit    # refit on all runs first (what the catalog values came from)
+
+Per row: measured and predicted step time, signed error, the plan the planner used, and which
+knobs the source left out (the planner picked those within the published degrees: the fastest
+plan that fits). Then the median and 90th-percentile absolute error per source and overall.
+Floors (issue 3): overall median <= 8%, p90 <= 15%, every source's median <= 12%, and the
+left-out source's median <= 12% when fitting on the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hardware.catalog import get_cluster  # noqa: E402
+from planner.calibration import error_summary, fit_efficiency, load_runs, predict  # noqa: E402
+
+
+def plan_str(p) -> str:
+    s = f"t{p.tp} p{p.pp} d{p.dp}"
+    if p.cp > 1:
+        s += f" c{p.cp}"
+    if p.vpp > 1:
+        s += f" v{p.vpp}"
+    s += f" mb{p.micro_batch} {p.recompute[:3]} z{p.zero}"
+    return s
+
+
+def summarize(preds, title: str) -> dict:
+    by = defaultdict(list)
+    for p in preds:
+        by[p.record.group].append(p)
+    print(f"\n{title}")
+    print(f"{'source':24s} {'n':>3s} {'median':>8s} {'p90':>8s}")
+    out = {}
+    for g in sorted(by):
+        s = error_summary(by[g])
+        out[g] = s
+        print(f"{g:24s} {s['n']:3d} {100 * s['median']:7.1f}% {100 * s['p90']:7.1f}%")
+    s = error_summary(preds)
+    out["overall"] = s
+    print(f"{'overall':24s} {s['n']:3d} {100 * s['median']:7.1f}% {100 * s['p90']:7.1f}%")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--loso", action="store_true", help="leave-one-source-out refits")
+    ap.add_argument("--refit", action="store_true", help="refit every GPU on all its runs first")
+    ap.add_argument("--quiet", action="store_true", help="no per-row table")
+    args = ap.parse_args()
+
+    records = load_runs()
+    gpus = sorted({r.gpu for r in records})
+    clusters = {g: get_cluster(g) for g in gpus}
+    if args.refit:
+        for g in gpus:
+            t0 = time.perf_counter()
+            eff = fit_efficiency([r for r in records if r.gpu == g], clusters[g])
+            clusters[g] = clusters[g].model_copy(update={"efficiency": eff})
+            print(f"refit {g} in {time.perf_counter() - t0:.1f} s: {eff.model_dump()}")
+    preds = [predict(r, clusters[r.gpu]) for r in records]
+    if not args.quiet:
+        print(f"{'#':>3s} {'source':20s} {'run':40s} {'measured':>9s} {'predicted':>9s} {'error':>7s}  plan [free knobs]")
+        for p in preds:
+            r = p.record
+            free = f" [picked: {','.join(r.free_knobs)}]" if r.free_knobs else ""
+            flag = "" if p.feasible else " (no candidate fits!)"
+            print(
+                f"{r.index:3d} {r.group[:20]:20s} {r.label[:40]:40s} {r.measured_step_s:9.3f} "
+                f"{p.predicted_step_s:9.3f} {100 * p.error:+6.1f}%  {plan_str(p.plan)}{free}{flag}"
+            )
+        print("(measured step time from: " + ", ".join(sorted({r.measured_from for r in records})) + ")")
+    summary = summarize(preds, "Built-in efficiencies" + (" (refit)" if args.refit else ""))
+    ok = (
+        summary["overall"]["median"] <= 0.08
+        and summary["overall"]["p90"] <= 0.15
+        and all(v["median"] <= 0.12 for k, v in summary.items() if k != "overall")
+    )
+    print(f"floors (median<=8%, p90<=15%, each source median<=12%): {'MET' if ok else 'NOT MET'}")
+
+    if args.loso:
+        print("\nLeave-one-source-out (fit on the other sources of the same GPU, predict the left-out one)")
+        print(f"{'left out':24s} {'n':>3s} {'median':>8s} {'p90':>8s}")
+        worst = 0.0
+        for g in sorted({r.group for r in records}):
+            test = [r for r in records if r.group == g]
+            gpu = test[0].gpu
+            train = [r for r in records if r.group != g and r.gpu == gpu]
+            base = get_cluster(gpu)
+            eff = fit_efficiency(train, base)
+            c = base.model_copy(update={"efficiency": eff})
+            s = error_summary([predict(r, c) for r in test])
+            worst = max(worst, s["median"])
+            print(f"{g:24s} {s['n']:3d} {100 * s['median']:7.1f}% {100 * s['p90']:7.1f}%")
+        print(f"leave-one-source-out floor (each <= 12%): {'MET' if worst <= 0.12 else 'NOT MET'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,472 @@
+"""Published (or your own) measured runs, and the fit of the efficiency terms to them.
+
+A run is one row in the layout of ``published_runs.csv`` (the project's copy of
+``shared/calibration/published_runs.csv``, source column kept). Each row becomes a
+:class:`RunRecord`: the model, the system, the candidate plans that agree with what the source
+printed (a knob the source leaves out — micro-batch, virtual stages, recomputation, and for a few
+rows tp/pp — is left to the planner, which takes the fastest plan that fits, and the record says
+so), and the measured step time, converted with the source's own FLOP convention where only
+TFLOP/s or MFU was printed.
+
+Execution conventions a source implies but does not print (FlashAttention, precision, overlap,
+ZeRO) are stated once per source in :data:`SOURCE_CONVENTIONS`, with the reason.
+
+:func:`fit_efficiency` fits the :class:`~hardware.spec.EfficiencySpec` terms by minimising the
+squared log error of predicted against measured step time (Nelder-Mead in a bounded, transformed
+space; deterministic).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from itertools import product
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from hardware.catalog import get_cluster
+from hardware.spec import ClusterSpec, EfficiencySpec
+from models import counting
+from models.catalog import get_model
+from models.io import InputError
+from models.spec import ModelSpec
+
+from .arrays import PlanArrays
+from .evaluate import evaluate
+from .plan import Plan
+
+# --------------------------------------------------------------------------- conventions
+#: What each source implies about how it ran, beyond the printed configuration.
+SOURCE_CONVENTIONS: dict[str, dict] = {
+    # Megatron-LM of 2021: fp16 mixed precision, no FlashAttention (2022) nor sequence parallelism
+    # (Korthikanti et al. 2022), data-parallel all-reduce after the backward, fp16 gradients.
+    "narayanan2021-table1": dict(precision="fp16", flash_attention=False, sequence_parallel=False, zero=0,
+                                 fp32_grads=False, overlap_grad_reduce=False, overlap_param_gather=False,
+                                 overlap_tp_comm=False),
+    # Table 2 (same paper): PTD-P rows as Table 1; the ZeRO-3 rows ran DeepSpeed, which prefetches
+    # parameters and overlaps reduction (overlap_comm) -- set per row from zero_stage.
+    "narayanan2021-table2": dict(precision="fp16", flash_attention=False, sequence_parallel=False, zero=0,
+                                 fp32_grads=False, overlap_grad_reduce=False, overlap_param_gather=False,
+                                 overlap_tp_comm=False),
+    # Korthikanti et al. 2022: Megatron-LM with their sequence parallelism and selective
+    # recomputation, no FlashAttention; DP = 1 so data-parallel settings do not matter.
+    "korthikanti2022": dict(precision="fp16", flash_attention=False, zero=0, fp32_grads=False,
+                            overlap_grad_reduce=False, overlap_param_gather=False, overlap_tp_comm=False),
+    # Megatron-Core r0.8 README: bf16, distributed optimizer, --overlap-grad-reduce,
+    # --overlap-param-gather, --tp-comm-overlap (printed in the notes); FlashAttention via TE.
+    "megatron-core-2024": dict(precision="bf16", flash_attention=True, sequence_parallel=True, zero=1,
+                               fp32_grads=True, overlap_grad_reduce=True, overlap_param_gather=True,
+                               overlap_tp_comm=True),
+    # NeMo 24.07 / long-sequence tables and Megatron-Bridge: FP8 (printed), TE FlashAttention,
+    # distributed optimizer with overlap, TP communication overlap (NeMo performance recipes).
+    "nemo-24.07": dict(precision="fp8", flash_attention=True, sequence_parallel=True, zero=1,
+                       fp32_grads=True, overlap_grad_reduce=True, overlap_param_gather=True,
+                       overlap_tp_comm=True),
+    "nemo-long-seq": dict(precision="fp8", flash_attention=True, sequence_parallel=True, zero=1,
+                          fp32_grads=True, overlap_grad_reduce=True, overlap_param_gather=True,
+                          overlap_tp_comm=True),
+    "megatron-bridge": dict(precision="fp8", flash_attention=True, sequence_parallel=True, zero=1,
+                            fp32_grads=True, overlap_grad_reduce=True, overlap_param_gather=True,
+                            overlap_tp_comm=True),
+    # Anything else (your own CSV): modern Megatron-Core defaults.
+    "other": dict(precision="bf16", flash_attention=True, sequence_parallel=True, zero=1, fp32_grads=True,
+                  overlap_grad_reduce=True, overlap_param_gather=True, overlap_tp_comm=False),
+}
+
+_GROUPS = [
+    (r"Narayanan.*Table 1", "narayanan2021-table1"),
+    (r"Narayanan", "narayanan2021-table2"),
+    (r"Korthikanti", "korthikanti2022"),
+    (r"Megatron-LM README", "megatron-core-2024"),
+    (r"performance_long_sequence", "nemo-long-seq"),
+    (r"NeMo docs/source/performance", "nemo-24.07"),
+    (r"Megatron-Bridge", "megatron-bridge"),
+]
+
+#: FLOP convention of each source's TFLOP/s or MFU figure (see shared/calibration/README.md).
+#: "hardware": Narayanan eq. 3 with the recomputed forward; "model": no recomputation, full
+#: (non-causal) attention -- Megatron-Core's and NeMo 24.07's count.
+_FLOP_CONVENTION = {
+    "narayanan2021-table1": "hardware",
+    "narayanan2021-table2": "hardware",
+    "korthikanti2022": "model",
+    "megatron-core-2024": "model",
+    "nemo-24.07": "model",
+    "nemo-long-seq": "model",
+    "megatron-bridge": "model",
+    "other": "model",
+}
+
+_GPU_NAMES = [(r"A100.*80", "a100-80gb"), (r"A100.*40", "a100-40gb"), (r"H100.*PCIe", "h100-pcie"),
+              (r"H100", "h100-sxm"), (r"H200", "h200"), (r"B200", "b200"), (r"V100", "v100-32gb"),
+              (r"MI300X", "mi300x")]
+
+#: Catalog model a CSV model name stands for (architecture flags come from the catalog; the
+#: shape columns of the row, where printed, override it).
+_MODEL_NAMES = [
+    (r"Megatron-Core", None),  # GPT rows: shape printed; catalog mcore-gpt-* by size below
+    (r"^GPT3-5B", "nemo-gpt3-5b"), (r"^GPT3-20B", "nemo-gpt3-20b"), (r"^GPT3-175B", "gpt3-175b"),
+    (r"LLAMA2-7B", "llama2-7b"), (r"LLAMA2-13B", "llama2-13b"), (r"LLAMA2-70B", "llama2-70b"),
+    (r"LLAMA3-8B|LLAMA3 8B", "llama3.1-8b"), (r"LLAMA3-70B|LLAMA3 70B", "llama3.1-70b"),
+    (r"LLAMA3.1 405B", "llama3.1-405b"),
+    (r"Nemotron-8B", "nemotron-3-8b"), (r"Nemotron-22B", "nemotron-3-22b"), (r"Nemotron-340B", "nemotron-4-340b"),
+]
+
+
+def source_group(source: str) -> str:
+    for pat, key in _GROUPS:
+        if re.search(pat, source):
+            return key
+    return "other"
+
+
+def _num(v: str) -> float | None:
+    v = (v or "").strip()
+    if not v:
+        return None
+    try:
+        return float(v)
+    except ValueError:
+        return None
+
+
+def _int(v: str) -> int | None:
+    f = _num(v)
+    return int(round(f)) if f is not None else None
+
+
+@dataclass
+class RunRecord:
+    """One measured run, ready for the cost model."""
+
+    index: int
+    source: str
+    group: str
+    label: str
+    model: ModelSpec
+    gpu: str
+    candidates: list[Plan]
+    free_knobs: list[str]
+    measured_step_s: float
+    measured_from: str
+    notes: str = ""
+    arrays: PlanArrays | None = field(default=None, repr=False)
+
+
+def _model_for_row(row: dict) -> ModelSpec | None:
+    name = row["model"].strip()
+    base: ModelSpec | None = None
+    for pat, cat in _MODEL_NAMES:
+        if re.search(pat, name):
+            base = get_model(cat) if cat else None
+            break
+    shape = {
+        "num_layers": _int(row.get("layers")),
+        "hidden_size": _int(row.get("hidden")),
+        "num_heads": _int(row.get("heads")),
+        "num_kv_heads": _int(row.get("kv_heads")),
+        "ffn_hidden_size": _int(row.get("ffn_hidden")),
+        "vocab_size": _int(row.get("vocab")),
+    }
+    seq = _int(row.get("seq_len"))
+    if base is None:
+        if None in (shape["num_layers"], shape["hidden_size"], shape["num_heads"], shape["vocab_size"]):
+            return None
+        llama = bool(re.search(r"llama|mistral|qwen", name, re.I))
+        fields = dict(name=name, activation="swiglu" if llama else "gelu",
+                      position="rotary" if llama else "learned", norm="rmsnorm" if llama else "layernorm",
+                      bias=not llama, dropout=not llama,
+                      tied_embeddings=bool(re.search(r"Narayanan|Korthikanti", row["source"])))
+        fields.update({k: v for k, v in shape.items() if v is not None})
+        if seq:
+            fields["seq_len"] = seq
+        return ModelSpec(**fields)
+    upd = {k: v for k, v in shape.items() if v is not None}
+    if seq:
+        upd["seq_len"] = seq
+    data = base.model_dump()
+    data.update(upd)
+    data["name"] = base.name
+    return ModelSpec(**data)
+
+
+def _measured_step(row: dict, model: ModelSpec, group: str, gb: int, seq: int, n: int, recompute: str):
+    step = _num(row.get("measured_step_time_s"))
+    if step:
+        return step, "step time"
+    tok = _num(row.get("measured_tokens_per_s_per_gpu"))
+    if tok:
+        return gb * seq / (n * tok), "tokens/s/GPU"
+    tfl = _num(row.get("measured_tflops_per_gpu"))
+    mfu = _num(row.get("measured_mfu"))
+    if tfl is None and mfu is not None:
+        peak = get_cluster(_gpu_for(row)).gpu.peak("bf16")
+        tfl = mfu * peak
+    if tfl:
+        conv = _FLOP_CONVENTION.get(group, "model")
+        if conv == "hardware":
+            flops = counting.megatron_flops_per_iteration(model, gb, seq, recompute=(recompute == "full"))
+        else:
+            flops = counting.training_flops_per_iteration(model, gb, seq, "none", causal=False)
+        return flops / (n * tfl * 1e12), f"TFLOP/s ({conv} FLOPs)"
+    return None, ""
+
+
+def _gpu_for(row: dict) -> str:
+    for pat, name in _GPU_NAMES:
+        if re.search(pat, row["gpu"]):
+            return name
+    raise InputError(f"gpu: unknown GPU {row['gpu']!r} in the runs file")
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _candidates(row: dict, model: ModelSpec, conv: dict, n: int) -> tuple[list[Plan], list[str]]:
+    free: list[str] = []
+    tp, pp, cp = _int(row.get("tp")), _int(row.get("pp")), _int(row.get("cp"))
+    mb, vpp, gb = _int(row.get("micro_batch")), _int(row.get("vpp")), _int(row.get("global_batch"))
+    seq = _int(row.get("seq_len")) or model.seq_len
+    rc = (row.get("recompute") or "").strip().lower() or None
+    sp_raw = (row.get("sequence_parallel") or "").strip().lower()
+    zero_raw = (row.get("zero_stage") or "").strip().upper()
+    conv = dict(conv)
+    if zero_raw == "FSDP":
+        conv["zero"] = 3
+    elif zero_raw:
+        conv["zero"] = int(float(zero_raw))
+        if conv["zero"] == 3:  # DeepSpeed ZeRO-3 prefetches and overlaps its collectives
+            conv.update(overlap_grad_reduce=True, overlap_param_gather=True)
+    if sp_raw in ("yes", "no"):
+        conv["sequence_parallel"] = sp_raw == "yes"
+    cp = cp or 1
+    tps = [tp] if tp else [t for t in (1, 2, 4, 8) if model.num_heads % t == 0]
+    if not tp:
+        free.append("tp")
+    pps = [pp] if pp else [p for p in _divisors(model.num_layers) if p <= 64]
+    if not pp:
+        free.append("pp")
+    mbs = [mb] if mb else [1, 2, 4, 8]
+    if not mb:
+        free.append("micro_batch")
+    rcs = [rc] if rc else ["none", "selective", "full"]
+    if not rc:
+        free.append("recompute")
+    if vpp is None:
+        free.append("vpp")
+    out: list[Plan] = []
+    for t, p, b, r in product(tps, pps, mbs, rcs):
+        if n % (t * p * cp):
+            continue
+        d = n // (t * p * cp)
+        if gb % (d * b):
+            continue
+        per_stage = -(-model.num_layers // p)
+        vpps = [vpp if vpp else 1] if vpp is not None or p == 1 else [1] + [
+            v for v in (2, 3, 4, 5, 6, 8, 10, 12) if per_stage % v == 0
+        ]
+        for v in vpps:
+            v = v if p > 1 else 1
+            split = {}
+            if p > 2 and model.num_layers % p:
+                # Uneven split as Megatron's account-for-embedding/loss options make it: middle
+                # stages take ceil(l/p) layers, first and last share the rest.
+                mid = -(-model.num_layers // p)
+                edge = model.num_layers - (p - 2) * mid
+                if edge <= 1 or edge % 2:
+                    continue
+                split = dict(first_stage_layers=edge // 2, last_stage_layers=edge // 2)
+            try:
+                plan = Plan(num_gpus=n, tp=t, pp=p, cp=cp, vpp=v, micro_batch=b, global_batch=gb,
+                            seq_len=seq, recompute=r, **split, **conv)
+                plan.check_against(model)
+            except (ValueError, InputError):
+                continue
+            out.append(plan)
+    return out, free
+
+
+def load_runs(path: str | Path | None = None, gpu: str | None = None) -> list[RunRecord]:
+    """Read a runs CSV (default: the project's copy of the published runs) into records.
+
+    Rows without a model shape, a GPU count, a batch, or a measurement are skipped: they are
+    not complete configurations. ``gpu`` keeps only rows of that catalog system.
+    """
+    if path is None:
+        text = resources.files("planner").joinpath("published_runs.csv").read_text(encoding="utf-8")
+    else:
+        p = Path(path)
+        if not p.is_file():
+            raise InputError(f"runs: file {str(p)!r} not found")
+        text = p.read_text(encoding="utf-8")
+    rows = list(csv.DictReader(text.splitlines()))
+    required = {"source", "model", "gpu", "num_gpus", "global_batch", "seq_len"}
+    if rows and not required <= set(rows[0]):
+        missing = ", ".join(sorted(required - set(rows[0])))
+        raise InputError(f"runs: the CSV lacks the column(s) {missing} (layout of published_runs.csv)")
+    records = []
+    for i, row in enumerate(rows):
+        try:
+            g = _gpu_for(row)
+        except InputError:
+            continue
+        if gpu and get_cluster(gpu).name != g:
+            continue
+        group = source_group(row["source"])
+        model = _model_for_row(row)
+        n, gb = _int(row.get("num_gpus")), _int(row.get("global_batch"))
+        if model is None or not n or not gb:
+            continue
+        conv = SOURCE_CONVENTIONS[group]
+        cands, free = _candidates(row, model, conv, n)
+        if not cands:
+            continue
+        rc = (row.get("recompute") or "full").strip().lower()
+        measured, how = _measured_step(row, model, group, gb, cands[0].seq_len, n, rc)
+        if not measured:
+            continue
+        label = f"{row['model'].strip()} @{n}"
+        rec = RunRecord(i, row["source"], group, label, model, g, cands, free, measured, how, row.get("notes", ""))
+        rec.arrays = PlanArrays.from_plans(cands, model.num_layers)
+        records.append(rec)
+    return records
+
+
+# --------------------------------------------------------------------------- prediction
+@dataclass
+class Prediction:
+    record: RunRecord
+    plan: Plan
+    predicted_step_s: float
+    feasible: bool
+
+    @property
+    def error(self) -> float:
+        """Signed relative error of the predicted step time."""
+        return self.predicted_step_s / self.record.measured_step_s - 1.0
+
+
+def predict(rec: RunRecord, cluster: ClusterSpec) -> Prediction:
+    """The planner's step time for a record: the fastest candidate that fits (or, when none
+    fits, the fastest of all, flagged infeasible)."""
+    r = evaluate(rec.model, cluster, rec.arrays)
+    step = r["step_s"]
+    fits = r["fits"]
+    pool = np.where(fits, step, np.inf) if fits.any() else step
+    i = int(np.argmin(pool))
+    return Prediction(rec, rec.candidates[i], float(step[i]), bool(fits[i]))
+
+
+# --------------------------------------------------------------------------- fitting
+#: Fitted terms, their bounds, and when a term is identifiable from a set of runs.
+FIT_BOUNDS: dict[str, tuple[float, float]] = {
+    "gemm_eff_max": (0.4, 0.98),
+    "gemm_dim_scale": (50.0, 4000.0),
+    "attention_eff": (0.1, 0.9),
+    "fp8_gemm_eff_ratio": (0.3, 1.0),
+    "inter_bw_eff": (0.2, 0.95),
+    "zero3_bw_eff": (0.02, 1.0),
+    "tp_overlap": (0.0, 0.95),
+    "dp_overlap": (0.0, 1.0),
+    "step_overhead_s": (0.0, 2.0),
+}
+
+
+def _relevant_terms(records: Sequence[RunRecord]) -> list[str]:
+    terms = ["gemm_eff_max", "gemm_dim_scale", "attention_eff", "inter_bw_eff", "step_overhead_s"]
+    plans = [p for r in records for p in r.candidates]
+    if any(p.precision == "fp8" for p in plans):
+        terms.append("fp8_gemm_eff_ratio")
+    if any(p.zero == 3 for p in plans):
+        terms.append("zero3_bw_eff")
+    if any(p.overlap_tp_comm and p.tp > 1 for p in plans):
+        terms.append("tp_overlap")
+    if any(p.overlap_grad_reduce and p.dp > 1 for p in plans):
+        terms.append("dp_overlap")
+    return terms
+
+
+def _to_unit(v, lo, hi):
+    u = (v - lo) / (hi - lo)
+    u = min(max(u, 1e-6), 1 - 1e-6)
+    return math.log(u / (1 - u))
+
+
+def _from_unit(z, lo, hi):
+    return lo + (hi - lo) / (1.0 + math.exp(-z))
+
+
+def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, iters: int = 400, step: float = 0.6) -> np.ndarray:
+    """Plain deterministic Nelder-Mead minimisation (no SciPy dependency)."""
+    n = len(x0)
+    simplex = [x0.copy()] + [x0 + step * np.eye(n)[i] for i in range(n)]
+    vals = [f(s) for s in simplex]
+    for _ in range(iters):
+        order = np.argsort(vals)
+        simplex = [simplex[i] for i in order]
+        vals = [vals[i] for i in order]
+        if abs(vals[-1] - vals[0]) < 1e-10:
+            break
+        centroid = np.mean(simplex[:-1], axis=0)
+        xr = centroid + (centroid - simplex[-1])
+        fr = f(xr)
+        if fr < vals[0]:
+            xe = centroid + 2.0 * (centroid - simplex[-1])
+            fe = f(xe)
+            simplex[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < vals[-2]:
+            simplex[-1], vals[-1] = xr, fr
+        else:
+            xc = centroid + 0.5 * (simplex[-1] - centroid)
+            fc = f(xc)
+            if fc < vals[-1]:
+                simplex[-1], vals[-1] = xc, fc
+            else:
+                best = simplex[0]
+                simplex = [best] + [best + 0.5 * (s - best) for s in simplex[1:]]
+                vals = [vals[0]] + [f(s) for s in simplex[1:]]
+    return simplex[int(np.argmin(vals))]
+
+
+def fit_efficiency(
+    records: Sequence[RunRecord], cluster: ClusterSpec, terms: Iterable[str] | None = None, iters: int = 400
+) -> EfficiencySpec:
+    """Fit the efficiency terms of ``cluster`` to ``records`` (all of that GPU).
+
+    Minimises the mean squared log error of step time plus a small pull towards the starting
+    values (so that a term the runs cannot see stays where it was).
+    """
+    records = list(records)
+    if not records:
+        raise InputError("runs: no complete rows for this GPU to calibrate on")
+    terms = list(terms) if terms is not None else _relevant_terms(records)
+    start = cluster.efficiency.model_dump()
+    x0 = np.array([_to_unit(start[t], *FIT_BOUNDS[t]) for t in terms])
+
+    def spec_of(z) -> EfficiencySpec:
+        upd = {t: _from_unit(float(v), *FIT_BOUNDS[t]) for t, v in zip(terms, z)}
+        return cluster.efficiency.model_copy(update=upd)
+
+    def loss(z) -> float:
+        c = cluster.model_copy(update={"efficiency": spec_of(z)})
+        errs = [math.log(predict(r, c).predicted_step_s / r.measured_step_s) for r in records]
+        return float(np.mean(np.square(errs))) + 1e-4 * float(np.sum(np.square(z - x0)))
+
+    z = nelder_mead(loss, x0, iters=iters)
+    z = nelder_mead(loss, z, iters=iters // 2, step=0.2)
+    fitted = spec_of(z)
+    srcs = sorted({r.group for r in records})
+    return fitted.model_copy(update={"source": f"fitted by plan-calibrate on {len(records)} runs ({', '.join(srcs)})"})
+
+
+def error_summary(preds: Sequence[Prediction]) -> dict:
+    errs = np.abs([p.error for p in preds])
+    if len(errs) == 0:
+        return {"n": 0, "median": float("nan"), "p90": float("nan")}
+    return {"n": len(errs), "median": float(np.median(errs)), "p90": float(np.percentile(errs, 90))}

@@ -1,0 +1,222 @@
+"""``planner.estimate``: every figure of one plan, as a serialisable result.
+
+A thin wrapper over :func:`planner.evaluate.evaluate` (the vectorised cost model) for a single
+plan: it validates the plan against the model and the GPU, evaluates it, and packs the arrays
+into pydantic documents whose JSON is the ``plan-estimate --format json`` output.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from hardware.resolve import resolve_cluster
+from hardware.spec import ClusterSpec, EfficiencySpec
+from models import counting
+from models.io import InputError
+from models.resolve import resolve_model
+from models.spec import ModelSpec
+
+from .arrays import PlanArrays
+from .evaluate import GIB, evaluate
+from .plan import Plan
+from .step import TIME_KEYS
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class MemoryBreakdown(_Doc):
+    """Peak memory of the worst pipeline stage, GiB."""
+
+    peak_gib: float
+    capacity_gib: float
+    usable_gib: float
+    weights_gib: float
+    gradients_gib: float
+    optimizer_gib: float
+    activations_gib: float
+    zero3_gather_buffer_gib: float
+    framework_overhead_gib: float
+    worst_stage: str
+
+
+class TimeBreakdown(_Doc):
+    """Seconds of one step by component; they sum to ``step_time_s``. Communication entries are
+    the exposed (not hidden) part; ``hidden_comm_s`` is what overlap hid."""
+
+    compute_s: float
+    memory_bound_s: float
+    recompute_s: float
+    tp_comm_s: float
+    cp_comm_s: float
+    pp_comm_s: float
+    bubble_s: float
+    dp_comm_s: float
+    optimizer_s: float
+    overhead_s: float
+    hidden_comm_s: float
+    bubble_fraction: float
+
+
+class RunEstimate(_Doc):
+    """A whole training run for a token budget."""
+
+    tokens: float
+    steps: int
+    days: float
+    gpu_hours: float
+    cost_usd: float
+    energy_kwh: float
+    energy_cost_usd: float
+    checkpoint_write_s: float
+    checkpoint_overhead_fraction: float
+    data_read_s_per_step: float
+    data_loading_ok: bool
+
+
+class Estimate(_Doc):
+    """The result of :func:`estimate` (and of ``plan-estimate --format json``)."""
+
+    model: str
+    cluster: str
+    plan: Plan
+    params: int
+    step_time_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    flops_convention: str
+    feasible: bool
+    bottleneck: str
+    reasons: list[str]
+    comm_ratio: float
+    power_kw: float
+    memory: MemoryBreakdown
+    time: TimeBreakdown
+    run: RunEstimate | None
+    efficiency: EfficiencySpec
+
+
+FLOPS_CONVENTION = (
+    "model FLOPs = 6*params-style matmul count with full (non-causal) attention, no recompute "
+    "(Megatron-LM/PaLM); hardware FLOPs add recomputation; MFU/HFU against the dense bf16 peak"
+)
+
+
+def _scalar(v):
+    return v.item() if hasattr(v, "item") else v
+
+
+def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> None:
+    """Rules that need the model and the GPU (the plan checked its own arithmetic)."""
+    plan.check_against(model)
+    if plan.precision == "fp8" and "fp8" not in cluster.gpu.peak_tflops:
+        raise InputError(
+            f"precision: {cluster.gpu.name} has no FP8 tensor cores; use bf16 or a GPU with fp8"
+        )
+
+
+def estimate(
+    model: ModelSpec | str,
+    cluster: ClusterSpec | str,
+    plan: Plan | dict,
+    *,
+    memory_headroom: float = 0.0,
+    tokens: float | None = None,
+    checkpoint_interval_h: float = 1.0,
+    sets: Sequence[str] = (),
+) -> Estimate:
+    """Step time, memory and run figures of one plan, with their breakdowns and the verdict.
+
+    ``model`` and ``cluster`` are specs or names/paths (resolved as ``--model``/``--gpu``);
+    ``sets`` are ``--set`` what-if overrides of the cluster.
+    """
+    m = resolve_model(model) if isinstance(model, str) else model
+    c = resolve_cluster(cluster, sets) if isinstance(cluster, str) else cluster
+    if not 0.0 <= memory_headroom < 1.0:
+        raise InputError(f"memory_headroom: {memory_headroom} must be in [0, 1)")
+    if tokens is not None and not (0 < tokens < 1e18):
+        raise InputError(f"tokens: {tokens} must be a positive token count below 1e18")
+    p = plan if isinstance(plan, Plan) else Plan(**plan)
+    check_plan(m, c, p)
+    x = PlanArrays.from_plans([p], m.num_layers)
+    r = evaluate(m, c, x, memory_headroom=memory_headroom, tokens=tokens, checkpoint_interval_h=checkpoint_interval_h)
+    return pack(m, c, p, r, 0, tokens)
+
+
+def pack(m: ModelSpec, c: ClusterSpec, p: Plan, r: dict, i: int, tokens: float | None) -> Estimate:
+    """The ``i``-th candidate of an :func:`evaluate` result as an :class:`Estimate`."""
+    g = lambda v: float(_scalar(v[i]))  # noqa: E731
+    mem = r["memory"]
+    b = r["breakdown"]
+    raw = r["raw"]
+    exposed = {k: g(b[k]) for k in TIME_KEYS}
+    hidden = sum(g(raw[f"{k}_comm_raw_s"]) for k in ("tp", "cp", "pp", "dp")) - sum(
+        exposed[f"{k}_comm_s"] for k in ("tp", "cp", "pp", "dp")
+    )
+    time = TimeBreakdown(**exposed, hidden_comm_s=max(hidden, 0.0), bubble_fraction=g(r["bubble_fraction"]))
+    memory = MemoryBreakdown(
+        peak_gib=g(r["memory_peak_gib"]),
+        capacity_gib=c.gpu.memory_gib,
+        usable_gib=g(r["memory_usable_gib"]),
+        weights_gib=g(mem["weights"]) / GIB,
+        gradients_gib=g(mem["gradients"]) / GIB,
+        optimizer_gib=g(mem["optimizer"]) / GIB,
+        activations_gib=g(mem["activations"]) / GIB,
+        zero3_gather_buffer_gib=g(mem["zero3_gather_buffer"]) / GIB,
+        framework_overhead_gib=g(mem["framework_overhead"]) / GIB,
+        worst_stage=("last" if bool(mem["worst_is_last"][i]) else "first") if p.pp > 1 else "only",
+    )
+    feasible = bool(r["fits"][i])
+    reasons = []
+    if not feasible:
+        reasons.append(
+            f"memory: peak {memory.peak_gib:.1f} GiB on the {memory.worst_stage} stage exceeds the usable "
+            f"{memory.usable_gib:.1f} GiB of {c.gpu.name}"
+        )
+    if not bool(r["data_loading_ok"][i]):
+        reasons.append("storage: reading the batch takes longer than the step; data loading stalls")
+    run = None
+    if tokens:
+        run = RunEstimate(
+            tokens=float(tokens),
+            steps=int(g(r["steps"])),
+            days=g(r["days"]),
+            gpu_hours=g(r["gpu_hours"]),
+            cost_usd=g(r["cost_usd"]),
+            energy_kwh=g(r["energy_kwh"]),
+            energy_cost_usd=g(r["energy_cost_usd"]),
+            checkpoint_write_s=g(r["checkpoint_write_s"]),
+            checkpoint_overhead_fraction=g(r["checkpoint_overhead_fraction"]),
+            data_read_s_per_step=g(r["data_read_s"]),
+            data_loading_ok=bool(r["data_loading_ok"][i]),
+        )
+    return Estimate(
+        model=m.name,
+        cluster=c.name,
+        plan=p,
+        params=counting.total_params(m),
+        step_time_s=g(r["step_s"]),
+        tokens_per_s=g(r["tokens_per_s"]),
+        tokens_per_s_per_gpu=g(r["tokens_per_s_per_gpu"]),
+        model_tflops_per_gpu=g(r["model_tflops_per_gpu"]),
+        hardware_tflops_per_gpu=g(r["hardware_tflops_per_gpu"]),
+        mfu=g(r["mfu"]),
+        hfu=g(r["hfu"]),
+        flops_convention=FLOPS_CONVENTION,
+        feasible=feasible,
+        bottleneck=str(r["bottleneck"][i]),
+        reasons=reasons,
+        comm_ratio=g(r["comm_ratio"]),
+        power_kw=g(r["power_kw"]),
+        memory=memory,
+        time=time,
+        run=run,
+        efficiency=c.efficiency,
+    )
