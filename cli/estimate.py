@@ -1,0 +1,340 @@
+"""``plan-estimate``: step time, memory, throughput and run cost of one parallel plan.
+
+Thin on purpose: parse the options into a :class:`~planner.plan.Plan`, call
+:func:`planner.estimate.estimate`, format the :class:`~planner.estimate.Estimate` as an
+80-column table or as its JSON. Exit codes (``cli.common``): 0 the plan fits, 2 bad input (one
+line naming the rule), 3 the plan does not fit in memory (the estimate is still printed, the
+reason goes to stderr).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import textwrap
+from typing import Sequence
+
+import click
+
+from cli.common import Infeasible, guarded
+
+TABLE_WIDTH = 80
+LABEL = 18  # width of the label column of the summary lines
+FORMATS = click.Choice(["table", "json"], case_sensitive=False)
+
+
+def _plan_default(name: str):
+    """The Plan model's own default, so the CLI and the API never disagree."""
+    from planner.plan import Plan
+
+    return Plan.model_fields[name].default
+
+
+class TokenCount(click.ParamType):
+    """A token count: ``300e9``, ``300000000000``, ``300B``, ``1.5T``, ``250M``."""
+
+    name = "tokens"
+    _SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)):
+            return float(value)
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgGtT]?)\s*", str(value))
+        if not m:
+            self.fail(f"{value!r} is not a token count (e.g. 300e9 or 300B)", param, ctx)
+        v = float(m.group(1)) * self._SUFFIX[m.group(2).lower()]
+        if not math.isfinite(v):
+            self.fail(f"{value!r} is not a finite token count", param, ctx)
+        return v
+
+
+# ------------------------------------------------------------------ formatting helpers
+
+
+def _plan_line(p) -> str:
+    """``tp8 pp12 dp16 cp1 vpp1 zero1 mb1 gb1536 seq2048 selective SP FA bf16``."""
+    rc = p.recompute
+    if rc == "full" and p.recompute_layers is not None:
+        rc = f"full({p.recompute_layers}/stage)"
+    parts = [
+        f"tp{p.tp}", f"pp{p.pp}", f"dp{p.dp}", f"cp{p.cp}", f"vpp{p.vpp}", f"zero{p.zero}",
+        f"mb{p.micro_batch}", f"gb{p.global_batch}", f"seq{p.seq_len}", rc,
+        "SP" if p.sequence_parallel else "no-SP",
+        "FA" if p.flash_attention else "no-FA",
+        p.precision,
+    ]
+    return " ".join(parts)
+
+
+def _knobs_line(p, num_layers: int) -> str:
+    overlaps = [name for name, on in (("grad-reduce", p.overlap_grad_reduce),
+                                      ("param-gather", p.overlap_param_gather),
+                                      ("tp-comm", p.overlap_tp_comm)) if on]
+    bits = [f"grad-accum {p.grad_accum}", f"{'fp32' if p.fp32_grads else 'half-precision'} grads",
+            f"overlap: {', '.join(overlaps) if overlaps else 'none'}"]
+    if p.pp > 1 and (p.first_stage_layers is not None or p.last_stage_layers is not None):
+        f, mid, la = p.stage_layers(num_layers)
+        bits.append(f"layers/stage {f}|{mid}|{la}")
+    return ", ".join(bits)
+
+
+def _num(x: float, digits: int = 0) -> str:
+    return f"{x:,.{digits}f}"
+
+
+def _secs(x: float) -> str:
+    if x >= 100:
+        return f"{x:,.1f} s"
+    if x >= 1:
+        return f"{x:.3f} s"
+    if x >= 1e-3:
+        return f"{x * 1e3:.2f} ms"
+    return f"{x * 1e6:.1f} us"
+
+
+def _pct(x: float, digits: int = 1) -> str:
+    return f"{100 * x:.{digits}f}%"
+
+
+def _sig(x: float) -> str:
+    """Three significant digits, thousands separated: 3.84, 737, 1,470."""
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def _tokens(x: float) -> str:
+    for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if x >= div:
+            return f"{x / div:.4g}{suffix}"
+    return f"{x:.4g}"
+
+
+def _money(x: float) -> str:
+    return f"${x:,.0f}" if x >= 100 else f"${x:,.2f}"
+
+
+def _wrap(text: str, indent: str = "  ", first: str = "") -> list[str]:
+    return textwrap.wrap(
+        " ".join(text.split()), width=TABLE_WIDTH, initial_indent=first or indent, subsequent_indent=indent,
+        break_on_hyphens=False,
+    ) or [first.rstrip()]
+
+
+def _kv(label: str, value: str) -> list[str]:
+    return _wrap(value, indent=" " * LABEL, first=f"{label:<{LABEL}s}")
+
+
+def _rows(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
+    """A left-aligned first column and right-aligned numbers."""
+    widths = [max(len(h), *(len(r[i]) for r in rows if r is not None)) for i, h in enumerate(headers)]
+    fmt = lambda cells: indent + "  ".join(  # noqa: E731
+        c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(cells)
+    ).rstrip()
+    rule = indent + "  ".join("-" * w for w in widths)
+    out = [fmt(headers), rule]
+    for r in rows:
+        out.append(rule if r is None else fmt(r))
+    return out
+
+
+def _efficiency_lines(e) -> list[str]:
+    terms = (
+        f"gemm max {e.gemm_eff_max:.3g} (dim scale {e.gemm_dim_scale:.4g}), attention {e.attention_eff:.3g}, "
+        f"fp8/bf16 {e.fp8_gemm_eff_ratio:.3g}, HBM {e.hbm_eff:.3g}, bus bw intra {e.intra_bw_eff:.3g} "
+        f"inter {e.inter_bw_eff:.3g}, zero3 {e.zero3_bw_eff:.3g}; overlap dp {e.dp_overlap:.3g} "
+        f"tp {e.tp_overlap:.3g} pp {e.pp_overlap:.3g} cp {e.cp_overlap:.3g}; step overhead "
+        f"{e.step_overhead_s:.3g} s, framework {e.framework_overhead_gib:.3g} GiB, fragmentation "
+        f"{e.fragmentation:.3g}"
+    )
+    return ["efficiency terms"] + _wrap(terms) + _wrap(f"source: {e.source}")
+
+
+#: Short form of planner.estimate.FLOPS_CONVENTION for the table.
+FLOPS_NOTE = "model FLOPs: 6N-style, non-causal attention, no recompute; HFU adds recompute; vs dense bf16 peak"
+
+TIME_ROWS = (
+    ("compute", "compute_s"),
+    ("memory-bound kernels", "memory_bound_s"),
+    ("recompute", "recompute_s"),
+    ("TP comm (exposed)", "tp_comm_s"),
+    ("CP comm (exposed)", "cp_comm_s"),
+    ("PP comm (exposed)", "pp_comm_s"),
+    ("pipeline bubble", "bubble_s"),
+    ("DP comm (exposed)", "dp_comm_s"),
+    ("optimizer", "optimizer_s"),
+    ("fixed overhead", "overhead_s"),
+)
+
+MEMORY_ROWS = (
+    ("weights", "weights_gib"),
+    ("gradients", "gradients_gib"),
+    ("optimizer states", "optimizer_gib"),
+    ("activations", "activations_gib"),
+    ("ZeRO-3 gather buffer", "zero3_gather_buffer_gib"),
+    ("framework overhead", "framework_overhead_gib"),
+)
+
+
+def format_table(est, cluster, model, headroom: float, overrides: Sequence[str] = ()) -> str:
+    """The human-readable report of one :class:`~planner.estimate.Estimate`."""
+    p, m, t = est.plan, est.memory, est.time
+    gpu_name = cluster.gpu.name
+    lines = _wrap(
+        f"{est.model} ({est.params / 1e9:.1f} B params) on {p.num_gpus} x {est.cluster} ({gpu_name})",
+        indent="  ", first=" ",
+    )
+    lines[0] = lines[0][1:]
+    lines += ["  " + _plan_line(p)]
+    lines += _wrap(_knobs_line(p, model.num_layers))
+    for o in overrides:
+        lines += _wrap(f"what-if: {o}")
+    lines.append("")
+
+    lines += _kv("step time", f"{_secs(est.step_time_s)} ({_num(p.global_batch * p.seq_len)} tokens; pipeline "
+                 f"bubble fraction {_pct(t.bubble_fraction)})")
+    lines += _kv("tokens/s", f"{_num(est.tokens_per_s)} total, {_num(est.tokens_per_s_per_gpu, 1)} per GPU")
+    lines += _kv("TFLOP/s per GPU",
+                 f"model {est.model_tflops_per_gpu:.1f}, hardware {est.hardware_tflops_per_gpu:.1f}")
+    lines += _kv("MFU / HFU", f"{_pct(est.mfu)} / {_pct(est.hfu)}")
+    lines += _wrap(f"({FLOPS_NOTE})", indent=" " * LABEL, first=" " * LABEL)
+    verdict = "feasible" if est.feasible else "INFEASIBLE"
+    lines += _kv("verdict", f"{verdict}; bottleneck: {est.bottleneck}; exposed comm {_pct(est.comm_ratio)} of step")
+    for r in est.reasons:
+        lines += _wrap(f"- {r}", indent=" " * (LABEL + 2), first=" " * LABEL)
+    lines.append("")
+
+    # Memory.
+    rows = [[label, f"{getattr(m, key):.2f}", _pct(getattr(m, key) / m.peak_gib if m.peak_gib else 0.0)]
+            for label, key in MEMORY_ROWS]
+    rows += [None, ["peak", f"{m.peak_gib:.2f}", "100.0%"]]
+    lines.append(f"memory per GPU, GiB (worst stage: {m.worst_stage})")
+    lines += _rows(["", "GiB", "% peak"], rows)
+    fits = "fits" if est.feasible else "DOES NOT FIT"
+    lines.append(
+        f"  usable {m.usable_gib:.2f} of capacity {m.capacity_gib:.2f} (headroom {_pct(headroom, 0)}): "
+        f"{fits}, {m.usable_gib - m.peak_gib:+.2f} spare"
+    )
+    lines.append("")
+
+    # Time.
+    step = est.step_time_s
+    rows = [[label, f"{getattr(t, key):.4f}", _pct(getattr(t, key) / step if step else 0.0)]
+            for label, key in TIME_ROWS]
+    rows += [None, ["step", f"{step:.4f}", "100.0%"]]
+    lines.append("time per step (rows sum to the step)")
+    lines += _rows(["", "seconds", "% step"], rows)
+    lines.append(f"  hidden by overlap (not in the step): {t.hidden_comm_s:.4f} s of communication")
+    lines.append("")
+
+    # Run.
+    if est.run is not None:
+        r = est.run
+        lines.append(f"run of {_tokens(r.tokens)} tokens")
+        lines += _kv("  steps / days", f"{_num(r.steps)} steps, {r.days:,.1f} days")
+        lines += _kv("  GPU-hours", f"{_num(r.gpu_hours)} at {_money(cluster.price_per_gpu_hour_usd)}/GPU-h: "
+                     f"{_money(r.cost_usd)}")
+        lines += _kv("  energy", f"{_num(r.energy_kwh)} kWh ({_sig(est.power_kw)} kW with PUE {cluster.pue:g}), "
+                     f"{_money(r.energy_cost_usd)}")
+        lines += _kv("  checkpoints", f"{_secs(r.checkpoint_write_s)} per write, "
+                     f"{_pct(r.checkpoint_overhead_fraction, 2)} of the run")
+        loading = "ok" if r.data_loading_ok else "STALLS"
+        lines += _kv("  data loading", f"{loading} ({_secs(r.data_read_s_per_step)} read per step)")
+        lines.append("")
+
+    lines += _efficiency_lines(est.efficiency)
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ command
+
+
+def _bool_flag(name: str, help_text: str):
+    field = name.replace("-", "_")
+    return click.option(f"--{name}/--no-{name}", field, default=_plan_default(field), show_default=True,
+                        help=help_text)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--model", "model_ref", required=True, help="catalog model name/alias or model file (HF config.json or YAML)")
+@click.option("--gpu", "gpu_ref", required=True, help="catalog system name/alias or cluster YAML (base: + overrides)")
+@click.option("--num-gpus", type=int, required=True, help="total GPUs (= tp*pp*dp*cp)")
+@click.option("--tp", type=int, default=1, show_default=True, help="tensor-parallel degree")
+@click.option("--pp", type=int, default=1, show_default=True, help="pipeline-parallel degree")
+@click.option("--dp", type=int, default=None, help="data-parallel degree  [default: num_gpus/(tp*pp*cp)]")
+@click.option("--cp", type=int, default=1, show_default=True, help="context-parallel degree")
+@click.option("--vpp", type=int, default=1, show_default=True, help="virtual pipeline stages per GPU (interleaved 1F1B)")
+@click.option("--zero", type=click.IntRange(0, 3), default=_plan_default("zero"), show_default=True,
+              help="ZeRO stage (1 = Megatron distributed optimizer)")
+@click.option("--micro-batch", type=int, required=True, help="sequences per micro-batch per replica")
+@click.option("--global-batch", type=int, default=None, help="sequences per step  [default: the model's global_batch]")
+@click.option("--seq-len", type=int, default=None, help="sequence length  [default: the model's seq_len]")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default=_plan_default("recompute"),
+              show_default=True, help="activation recomputation")
+@click.option("--recompute-layers", type=int, default=None, help="with --recompute full: layers per stage to recompute")
+@_bool_flag("sequence-parallel", "sequence parallelism (with tp > 1)")
+@_bool_flag("flash-attention", "FlashAttention kernels")
+@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), default=_plan_default("precision"),
+              show_default=True, help="GEMM precision")
+@click.option("--fp32-grads/--bf16-grads", "fp32_grads", default=_plan_default("fp32_grads"), show_default=True,
+              help="gradient accumulation/reduction in fp32 or in half precision")
+@_bool_flag("overlap-grad-reduce", "overlap the data-parallel gradient reduction with the backward")
+@_bool_flag("overlap-param-gather", "overlap the ZeRO parameter all-gather with the forward")
+@_bool_flag("overlap-tp-comm", "overlap tensor-parallel communication with GEMMs")
+@click.option("--first-stage-layers", type=int, default=None, help="layers on the first pipeline stage (uneven split)")
+@click.option("--last-stage-layers", type=int, default=None, help="layers on the last pipeline stage (uneven split)")
+@click.option("--memory-headroom", type=float, default=0.1, show_default=True,
+              help="fraction of GPU memory kept free when judging fit")
+@click.option("--tokens", type=TokenCount(), default=None, help="token budget for run figures, e.g. 300e9 or 300B")
+@click.option("--checkpoint-interval-h", type=float, default=1.0, show_default=True,
+              help="hours between checkpoints (run figures)")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="what-if override of the cluster, e.g. gpu.hbm_bandwidth_gbps=3000 (repeatable)")
+@click.option("--format", "fmt", type=FORMATS, default="table", show_default=True, help="output format")
+@guarded
+def main(model_ref: str, gpu_ref: str, num_gpus: int, tp: int, pp: int, dp: int | None, cp: int, vpp: int,
+         zero: int, micro_batch: int, global_batch: int | None, seq_len: int | None, recompute: str,
+         recompute_layers: int | None, sequence_parallel: bool, flash_attention: bool, precision: str,
+         fp32_grads: bool, overlap_grad_reduce: bool, overlap_param_gather: bool, overlap_tp_comm: bool,
+         first_stage_layers: int | None, last_stage_layers: int | None, memory_headroom: float,
+         tokens: float | None, checkpoint_interval_h: float, sets: tuple[str, ...], fmt: str) -> None:
+    """Estimate step time, memory, throughput and cost of one parallel plan.
+
+    Exit 0 when the plan fits, 3 when it does not fit in memory (the estimate is still printed),
+    2 on bad input.
+    """
+    from hardware.overrides import apply_overrides, describe_overrides
+    from hardware.resolve import resolve_cluster
+    from models.io import InputError
+    from models.resolve import resolve_model
+    from planner.estimate import estimate
+    from planner.plan import Plan
+
+    if not (math.isfinite(checkpoint_interval_h) and checkpoint_interval_h > 0):
+        raise InputError(f"checkpoint_interval_h: {checkpoint_interval_h} must be a positive number of hours")
+    if not math.isfinite(memory_headroom):
+        raise InputError(f"memory_headroom: {memory_headroom} must be in [0, 1)")
+    model = resolve_model(model_ref)
+    base = resolve_cluster(gpu_ref)
+    cluster = apply_overrides(base, sets)
+    overrides = describe_overrides(sets, base) if sets else []
+    plan = Plan(
+        num_gpus=num_gpus, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero, micro_batch=micro_batch,
+        global_batch=global_batch if global_batch is not None else model.global_batch,
+        seq_len=seq_len if seq_len is not None else model.seq_len,
+        recompute=recompute, recompute_layers=recompute_layers, sequence_parallel=sequence_parallel,
+        flash_attention=flash_attention, precision=precision, fp32_grads=fp32_grads,
+        overlap_grad_reduce=overlap_grad_reduce, overlap_param_gather=overlap_param_gather,
+        overlap_tp_comm=overlap_tp_comm, first_stage_layers=first_stage_layers,
+        last_stage_layers=last_stage_layers,
+    )
+    est = estimate(model, cluster, plan, memory_headroom=memory_headroom, tokens=tokens,
+                   checkpoint_interval_h=checkpoint_interval_h)
+    if fmt.lower() == "json":
+        click.echo(est.model_dump_json(indent=2))
+    else:
+        click.echo(format_table(est, cluster, model, memory_headroom, overrides))
+    if not est.feasible:
+        raise Infeasible(est.reasons[0] if est.reasons else "the plan does not fit")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
