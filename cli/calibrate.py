@@ -1,0 +1,222 @@
+"""``plan-calibrate``: fit a system's efficiency terms to measured runs; write a cluster file.
+
+    plan-calibrate runs.csv --gpu a100 -o my-a100.yaml [--set node.inter_node_gbps=12.5] [--iters 200]
+
+Reads the runs of that system from a CSV in the layout of ``planner/published_runs.csv``
+(:func:`planner.calibration.load_runs`), fits the :class:`~hardware.spec.EfficiencySpec` terms
+(:func:`planner.calibration.fit_efficiency`), prints every run's measured and predicted step time
+before and after the fit with the median / p90 absolute error, and writes a cluster YAML
+(``base: <catalog name>`` + ``efficiency:``) that ``--gpu my-a100.yaml`` accepts everywhere.
+
+``--gpu`` is a catalog system, or a cluster file with ``base:`` (its rows are those of the base
+system; its other fields, and any ``--set``, are kept in the written file, since the fitted terms
+belong to that hardware description).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import click
+import yaml
+
+from cli.common import guarded
+
+TABLE_WIDTH = 80
+LABEL_WIDTH = 26
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 2] + ".."
+
+
+def _label(label: str, width: int = LABEL_WIDTH) -> str:
+    """Clip a run label but keep its ``@GPUs`` tail: ``GPT-1.7B (Megatron w.. @32``."""
+    name, sep, n = " ".join(label.split()).rpartition(" @")
+    if not sep or len(label) <= width:
+        return _clip(label, width)
+    tail = f" @{n}"
+    return _clip(name, width - len(tail)) + tail
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.1f}%"
+
+
+def _abs_pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _g(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def _resolve_gpu(ref: str, sets: Sequence[str]):
+    """(catalog name whose rows to fit, starting cluster, the file's document or None)."""
+    from hardware.catalog import canonical_name, get_cluster
+    from hardware.resolve import FILE_SUFFIXES, resolve_cluster
+    from models.io import InputError, load_document
+
+    ref = (ref or "").strip()
+    cluster = resolve_cluster(ref, sets)  # every error of --gpu / --set, one line
+    # The same rule as resolve_cluster: a suffix or a path separator means a file; else a catalog name.
+    path_like = ref.lower().endswith(FILE_SUFFIXES) or os.sep in ref or bool(os.altsep and os.altsep in ref)
+    if not path_like and canonical_name(ref) is not None:
+        return canonical_name(ref), cluster, None
+    doc = load_document(Path(ref), "cluster")
+    base = doc.get("base")
+    if not isinstance(base, str):
+        raise InputError(
+            f"gpu: cluster file {Path(ref).name} has no 'base: <catalog name>'; plan-calibrate needs the "
+            "catalog system to pick its rows of the runs file"
+        )
+    return get_cluster(base, field=f"cluster {Path(ref).name}: base").name, cluster, doc
+
+
+def _nested_overrides(sets: Sequence[str]) -> dict[str, Any]:
+    """``gpu.peak_tflops.bf16=290`` -> ``{"gpu": {"peak_tflops": {"bf16": 290}}}`` (efficiency.* left out:
+    the written efficiency section is complete)."""
+    from hardware.overrides import parse_set
+
+    out: dict[str, Any] = {}
+    for item in sets:
+        key, value = parse_set(item)
+        parts = key.split(".")
+        if parts[0] == "efficiency":
+            continue
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out
+
+
+def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for k, v in top.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _row_table(before, after) -> list[str]:
+    head = (f"{'row':>4s}  {'run':<{LABEL_WIDTH}s}  {'measured':>8s}  {'before':>8s} {'error':>7s}"
+            f"  {'after':>8s} {'error':>7s}")
+    lines = [head, "-" * len(head)]
+    flagged = False
+    for b, a in zip(before, after):
+        r = b.record
+        mark_b = " " if b.feasible else "*"
+        mark_a = " " if a.feasible else "*"
+        flagged = flagged or not (a.feasible and b.feasible)
+        lines.append(
+            f"{r.index + 1:>4d}  {_label(r.label):<{LABEL_WIDTH}s}  {r.measured_step_s:8.3f}  "
+            f"{b.predicted_step_s:8.3f} {_pct(b.error):>7s}{mark_b} {a.predicted_step_s:8.3f} {_pct(a.error):>7s}{mark_a}"
+            .rstrip()
+        )
+    lines.append("step times in seconds; row = data row of the CSV (1 = first after the header)")
+    if flagged:
+        lines.append("* no candidate plan fits in memory; the fastest one was used")
+    return lines
+
+
+def _summary(before, after) -> list[str]:
+    from planner.calibration import error_summary
+
+    sb, sa = error_summary(before), error_summary(after)
+    return [
+        f"{'|error|':<8s}  {'median':>8s}  {'p90':>8s}",
+        f"{'before':<8s}  {_abs_pct(sb['median']):>8s}  {_abs_pct(sb['p90']):>8s}",
+        f"{'after':<8s}  {_abs_pct(sa['median']):>8s}  {_abs_pct(sa['p90']):>8s}",
+    ], sb, sa
+
+
+def _term_changes(old, new) -> list[str]:
+    o, n = old.model_dump(), new.model_dump()
+    changed = [k for k in o if k != "source" and o[k] != n[k]]
+    if not changed:
+        return ["efficiency terms: unchanged by the fit"]
+    width = max(len(k) for k in changed)
+    lines = ["efficiency terms (before -> after)"]
+    for k in changed:
+        lines.append(f"  {k:<{width}s}  {_g(o[k]):>8s} -> {_g(n[k])}")
+    return lines
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.argument("runs", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--gpu", "gpu_ref", required=True,
+              help="catalog system whose rows to fit, or a cluster file with base: (its rows are the base's)")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="cluster YAML to write (base: + fitted efficiency)")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="override of the cluster before fitting, e.g. node.inter_node_gbps=12.5 (kept in the file)")
+@click.option("--iters", type=click.IntRange(1, 100_000), default=200, show_default=True,
+              help="Nelder-Mead iterations per start (bounds the fit's run time)")
+@guarded
+def main(runs: Path, gpu_ref: str, output: Path, sets: tuple[str, ...], iters: int) -> None:
+    """Fit the efficiency terms of a system to measured runs (CSV in the layout of
+    planner/published_runs.csv) and write a cluster YAML usable as --gpu."""
+    from models.io import InputError
+    from planner.calibration import fit_efficiency, load_runs, predict
+
+    base_name, cluster, doc = _resolve_gpu(gpu_ref, sets)
+    if output.resolve() == runs.resolve():
+        raise InputError(f"output: {output} is the runs file itself; choose another -o")
+    records = load_runs(runs, gpu=base_name)
+    if not records:
+        others = sorted({r.gpu for r in load_runs(runs)})
+        found = f"complete rows are for: {', '.join(others)}" if others else "it has no complete rows"
+        raise InputError(f"runs: no complete rows for {base_name} in {runs.name} ({found})")
+
+    click.echo(f"plan-calibrate: fitting {len(records)} run(s) of {base_name} from {runs.name} "
+               f"(iters {iters})...", err=True)
+    before = [predict(r, cluster) for r in records]
+    fitted = fit_efficiency(records, cluster, iters=iters)
+    fitted = fitted.model_copy(update={"source": f"{fitted.source}; file {runs.name}"})
+    after_cluster = cluster.model_copy(update={"efficiency": fitted})
+    after = [predict(r, after_cluster) for r in records]
+
+    summary, sb, sa = _summary(before, after)
+    lines = [f"{cluster.name} ({cluster.gpu.name}): {len(records)} run(s) from {runs.name}", ""]
+    lines += _row_table(before, after) + [""] + summary + [""] + _term_changes(cluster.efficiency, fitted)
+
+    # The cluster document: base + the file's own fields + --set overrides + the fitted terms.
+    data: dict[str, Any] = {"base": base_name}
+    if doc is not None:
+        data.update({k: v for k, v in doc.items() if k not in ("base", "name", "efficiency")})
+    data = _merge(data, _nested_overrides(sets))
+    data["efficiency"] = fitted.model_dump()
+    today = datetime.date.today().isoformat()
+    header = [
+        f"# Written by plan-calibrate on {today}: efficiency of {base_name} fitted to {len(records)} run(s)",
+        f"# of {runs.name} ({iters} iterations); use it as --gpu {output.name}.",
+        f"# |error| median {_abs_pct(sb['median'])} -> {_abs_pct(sa['median'])}, "
+        f"p90 {_abs_pct(sb['p90'])} -> {_abs_pct(sa['p90'])}",
+    ]
+    if doc is not None:
+        header.append(f"# Starting point: cluster file {Path(gpu_ref).name}.")
+    header += [f"# --set {s}" for s in sets]
+    text = "\n".join(header) + "\n" + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
+    output.write_text(text, encoding="utf-8")
+
+    # Check the file reads back as the cluster just fitted (so --gpu FILE means what we printed).
+    from hardware.resolve import load_cluster_file
+
+    back = load_cluster_file(output)
+    if back.efficiency != fitted:  # pragma: no cover - a resolver/format mismatch, not user input
+        raise InputError(f"output: {output.name} does not read back with the fitted efficiency terms")
+
+    lines += ["", f"wrote {output} (base {base_name})", f"use it as: plan-estimate --gpu {output} ..."]
+    click.echo("\n".join(lines))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
