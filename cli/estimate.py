@@ -75,7 +75,7 @@ def _knobs_line(p, num_layers: int) -> str:
     if p.pp > 1 and (p.first_stage_layers is not None or p.last_stage_layers is not None):
         f, mid, la = p.stage_layers(num_layers)
         bits.append(f"layers/stage {f}|{mid}|{la}")
-    return ", ".join(bits)
+    return "; ".join(bits)
 
 
 def _num(x: float, digits: int = 0) -> str:
