@@ -42,7 +42,7 @@ def guarded(func):
         except Infeasible as exc:
             click.echo(f"infeasible: {one_line(exc)}", err=True)
             sys.exit(EXIT_INFEASIBLE)
-        except (ValueError, ValidationError, OSError, KeyError, TypeError, OverflowError) as exc:
+        except (ValueError, ValidationError, OSError, OverflowError) as exc:
             click.echo(f"error: {one_line(exc)}", err=True)
             sys.exit(EXIT_BAD_INPUT)
         except RecursionError:

@@ -64,14 +64,15 @@ SOURCE_CONVENTIONS: dict[str, dict] = {
                                overlap_tp_comm=True),
     # NeMo 24.07 / long-sequence tables and Megatron-Bridge: FP8 (printed), TE FlashAttention,
     # distributed optimizer with overlap, TP communication overlap (NeMo performance recipes).
+    # Assumed: gradients reduced in bf16 (the performance recipes' grad_reduce_in_fp32=False).
     "nemo-24.07": dict(precision="fp8", flash_attention=True, sequence_parallel=True, zero=1,
-                       fp32_grads=True, overlap_grad_reduce=True, overlap_param_gather=True,
+                       fp32_grads=False, overlap_grad_reduce=True, overlap_param_gather=True,
                        overlap_tp_comm=True),
     "nemo-long-seq": dict(precision="fp8", flash_attention=True, sequence_parallel=True, zero=1,
-                          fp32_grads=True, overlap_grad_reduce=True, overlap_param_gather=True,
+                          fp32_grads=False, overlap_grad_reduce=True, overlap_param_gather=True,
                           overlap_tp_comm=True),
     "megatron-bridge": dict(precision="fp8", flash_attention=True, sequence_parallel=True, zero=1,
-                            fp32_grads=True, overlap_grad_reduce=True, overlap_param_gather=True,
+                            fp32_grads=False, overlap_grad_reduce=True, overlap_param_gather=True,
                             overlap_tp_comm=True),
     # Anything else (your own CSV): modern Megatron-Core defaults.
     "other": dict(precision="bf16", flash_attention=True, sequence_parallel=True, zero=1, fp32_grads=True,
@@ -381,8 +382,6 @@ FIT_BOUNDS: dict[str, tuple[float, float]] = {
 def _relevant_terms(records: Sequence[RunRecord]) -> list[str]:
     terms = ["gemm_eff_max", "gemm_dim_scale", "attention_eff", "inter_bw_eff", "step_overhead_s"]
     plans = [p for r in records for p in r.candidates]
-    if any(p.precision == "fp8" for p in plans):
-        terms.append("fp8_gemm_eff_ratio")
     if any(p.zero == 3 for p in plans):
         terms.append("zero3_bw_eff")
     if any(p.overlap_tp_comm and p.tp > 1 for p in plans):
@@ -394,7 +393,7 @@ def _relevant_terms(records: Sequence[RunRecord]) -> list[str]:
 
 def _to_unit(v, lo, hi):
     u = (v - lo) / (hi - lo)
-    u = min(max(u, 1e-6), 1 - 1e-6)
+    u = min(max(u, 0.01), 0.99)
     return math.log(u / (1 - u))
 
 
@@ -456,11 +455,21 @@ def fit_efficiency(
     def loss(z) -> float:
         c = cluster.model_copy(update={"efficiency": spec_of(z)})
         errs = [math.log(predict(r, c).predicted_step_s / r.measured_step_s) for r in records]
-        return float(np.mean(np.square(errs))) + 1e-4 * float(np.sum(np.square(z - x0)))
+        return float(np.mean(np.square(errs))) + 1e-5 * float(np.sum(np.square(z - x0)))
 
-    z = nelder_mead(loss, x0, iters=iters)
-    z = nelder_mead(loss, z, iters=iters // 2, step=0.2)
-    fitted = spec_of(z)
+    # Two deterministic starts: the current values, and the same with slow, well-hidden
+    # sharded-DP collectives (the ZeRO-3 rows of Narayanan et al. Table 2 have two basins:
+    # slow networks everywhere, or slow ZeRO-3 gathers hidden behind compute); keep the better.
+    alt = dict(start, zero3_bw_eff=0.2, dp_overlap=0.95)
+    starts = [x0, np.array([_to_unit(alt[t], *FIT_BOUNDS[t]) for t in terms])]
+    best = None
+    for s0 in starts:
+        z = nelder_mead(loss, s0, iters=iters)
+        z = nelder_mead(loss, z, iters=iters // 2, step=0.2)
+        val = loss(z)
+        if best is None or val < best[0] - 1e-12:
+            best = (val, z)
+    fitted = spec_of(best[1])
     srcs = sorted({r.group for r in records})
     return fitted.model_copy(update={"source": f"fitted by plan-calibrate on {len(records)} runs ({', '.join(srcs)})"})
 

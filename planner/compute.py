@@ -94,7 +94,25 @@ def layer_membound_fwd_bytes(model: ModelSpec, x: PlanArrays):
     # Softmax (+ dropout) over materialised scores when FlashAttention is off.
     per_score = 9.0 if m.dropout else 4.0
     softmax = np.where(x.fa, 0.0, per_score * m.num_heads * x.seq / t * T)
-    return replicated + act + rotary + softmax
+    return replicated + act + rotary + softmax + fp8_cast_bytes(model, x)
+
+
+def fp8_cast_bytes(model: ModelSpec, x: PlanArrays):
+    """FP8 recipes cast every GEMM operand: forward, the inputs of QKV, projection, up and down
+    projections (read bf16, write fp8: 3 B/element); backward, the output gradients, cast and
+    transposed (5 B/element). Weights are cast once per step (Transformer Engine caches them over
+    micro-batches) and left out. Per layer, one micro-batch, one GPU, bytes of the forward
+    (the backward's share is counted by the 2x backward rule); zero for bf16."""
+    m = model
+    T = tokens_per_gpu(x)
+    t = x.tp.astype(float)
+    q = m.num_heads * m.head_dim
+    kv = m.num_kv_heads * m.head_dim
+    up = (2 if m.gated else 1) * m.ffn_hidden_size
+    fwd_in = (2 * m.hidden_size + q + m.ffn_hidden_size) / t
+    bwd_out = ((q + 2 * kv) + 2 * m.hidden_size + up) / t
+    total = T * (3.0 * fwd_in + 5.0 * bwd_out)
+    return np.where(x.fp8 == 1, total / 3.0, 0.0)  # /3: the forward share (backward = 2x fwd)
 
 
 def hbm_s(nbytes, cluster: ClusterSpec):

@@ -11,7 +11,8 @@
   sequence parallelism splits it — two norm inputs ``4h``, the two norm outputs feeding QKV and
   the MLP ``4h``, dropout masks ``2h`` (1 B each): ``10h`` for GPT; the tensor-parallel region —
   Q ``2 a hd``, K and V ``4 g hd``, the output-projection input ``2 a hd``, the MLP inputs of the
-  activation and of the down projection (``4f``, or ``6f`` gated); the attention scores
+  activation and of the down projection (``4f``, or ``6f`` gated); under FP8 the four GEMM
+  inputs are kept as 1-byte FP8 copies (Transformer Engine), halving those terms; the attention scores
   ``5 a s`` (softmax output, dropout mask and output; ``2 a s`` without dropout), removed by
   FlashAttention or selective recomputation. Full recomputation keeps only the layer input
   ``2h`` (``/tp`` with sequence parallelism), plus one layer's full set while it is recomputed.
@@ -57,8 +58,12 @@ def activation_bytes_per_token(model: ModelSpec, x: PlanArrays) -> dict:
     h, f = m.hidden_size, m.ffn_hidden_size
     q = m.num_heads * m.head_dim
     kv = m.num_kv_heads * m.head_dim
-    replicated = 8.0 * h + (2.0 * h if m.dropout else 0.0)
-    tp_region = 4.0 * q + 4.0 * kv + (6.0 if m.gated else 4.0) * f
+    # GEMM inputs kept for the backward: the two norm outputs (QKV and MLP inputs), the
+    # output-projection input and the down-projection input. Under FP8 recipes Transformer
+    # Engine keeps these as FP8 (1 B) copies instead of bf16.
+    gemm_in = np.where(x.fp8 == 1, 1.0, 2.0)
+    replicated = 4.0 * h + 2.0 * h * gemm_in + (2.0 * h if m.dropout else 0.0)
+    tp_region = 2.0 * q + 4.0 * kv + q * gemm_in + (4.0 if m.gated else 2.0) * f + f * gemm_in
     scores = (5.0 if m.dropout else 2.0) * m.num_heads * (x.seq / x.cp)
     return {"replicated": replicated, "tp_region": tp_region, "scores": scores}
 
@@ -129,7 +134,7 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     else:
         edge = 4.0 * T * model.vocab_size / x.tp  # fp32 logits / cross-entropy buffer
     activations = chunks * per_chunk + working + edge
-    gather = np.where(x.zero >= 3, 2.0 * 2.0 * counting.mean_layer_params(model) / x.tp, 0.0)
+    gather = np.where((x.zero >= 3) & (x.dp > 1), 2.0 * 2.0 * counting.mean_layer_params(model) / x.tp, 0.0)
     overhead = eff.framework_overhead_gib * GIB + eff.fragmentation * activations
     total = states["weights"] + states["gradients"] + states["optimizer"] + activations + gather + overhead
     return {

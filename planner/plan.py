@@ -104,6 +104,8 @@ class Plan(BaseModel):
             raise ValueError("cp: context parallelism needs flash_attention on")
         if self.sequence_parallel and self.tp == 1:
             object.__setattr__(self, "sequence_parallel", False)
+        if self.pp == 1 and (self.first_stage_layers is not None or self.last_stage_layers is not None):
+            raise ValueError("first_stage_layers: an uneven split needs pp > 1; drop it or raise pp")
         if self.recompute_layers is not None and self.recompute != "full":
             raise ValueError("recompute_layers: only meaningful with recompute full")
         return self

@@ -137,9 +137,10 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
     out["optimizer_s"] = compute.optimizer_s(psi, cluster, x)
     out["overhead_s"] = np.full(len(x), eff.step_overhead_s)
     step = sum(out[k] for k in TIME_KEYS)
+    n_rc_slow = np.minimum(x.rc_layers, layers_slow)
     raw = {
-        "tp_comm_raw_s": m * layers_slow * (cl["tp_raw"]),
-        "cp_comm_raw_s": m * layers_slow * cl["cp_raw"],
+        "tp_comm_raw_s": m * (layers_slow * cl["tp_raw"] + n_rc_slow * cl["tp_raw"] / 2.0),
+        "cp_comm_raw_s": m * (layers_slow * cl["cp_raw"] + n_rc_slow * cl["cp_raw"] / 3.0),
         "pp_comm_raw_s": m * pp_raw,
         "dp_comm_raw_s": dp["grad_s"] + dp["param_s"],
     }
