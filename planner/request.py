@@ -1,0 +1,268 @@
+"""The documents of ``plan-search``: what is asked (:class:`SearchRequest`) and what comes back
+(:class:`SearchResult`), as pydantic models whose JSON is the ``plan-search --format json``
+output (schema: ``plan-search --schema request|result``).
+
+Units: days and hours of wall-clock training for ``tokens`` tokens, dollars at the system's
+``price_per_gpu_hour_usd``, energy in kWh at the wall (TDP x PUE), memory in GiB, power in kW.
+
+When no candidate satisfies the request, :func:`planner.search.search` raises
+:class:`NoFeasiblePlan`, which carries the smallest memory footprint found, on which plan,
+against what capacity, and the cheapest changes that would make a plan fit — each checked by
+evaluating it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .estimate import Estimate
+from .plan import Plan
+
+Objective = Literal["fastest", "cheapest", "fewest-gpus", "least-energy", "best-mfu"]
+OBJECTIVES: tuple[str, ...] = ("fastest", "cheapest", "fewest-gpus", "least-energy", "best-mfu")
+RecomputeChoice = Literal["none", "selective", "full", "partial"]
+
+#: Default training tokens when the request gives none: GPT-3's 300B (Brown et al. 2020).
+DEFAULT_TOKENS = 300e9
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _positive_unique(values, name):
+    if values is None:
+        return None
+    vals = list(values)
+    if not vals:
+        raise ValueError(f"{name}: empty list; leave it out for the default domain")
+    if any(int(v) != v or v <= 0 for v in vals):
+        raise ValueError(f"{name}: values must be positive integers (got {vals[:8]})")
+    return sorted(set(int(v) for v in vals))
+
+
+class Knobs(_Doc):
+    """User bounds on the plan knobs. ``None`` means the whole default domain:
+
+    - ``tp``: every divisor rule of :meth:`Plan.check_against` (heads, kv-heads, ffn), inside
+      the NVLink domain (a divisor of its size) unless ``allow_cross_node_tp`` (then multiples
+      of the domain size too, up to the head count);
+    - ``pp``: every stage count that divides the layers, and those that do not but split
+      unevenly Megatron's way (middle stages ``ceil(l/p)`` layers, first and last share the rest);
+    - ``cp``: powers of two up to ``max_cp`` dividing ``seq_len/2`` (context parallelism needs
+      FlashAttention, which is always on);
+    - ``vpp``: 1 and every divisor of the layers per (middle) stage, up to ``max_vpp``, when the
+      micro-batches per step are a multiple of ``pp``;
+    - ``micro_batch``: powers of two dividing ``global_batch/dp``, up to ``max_micro_batch``;
+    - ``zero`` 0-3 (stages above 0 only when dp > 1: with one replica they shard nothing);
+    - ``recompute``: none, selective, full, and ``partial`` (full on ``k`` layers per stage for
+      ``k`` in ``recompute_layers``, default a quarter, a half and three quarters of the stage);
+    - ``sequence_parallel``: ``[true]`` (on whenever tp > 1); ``[true, false]`` tries both.
+    """
+
+    tp: list[int] | None = None
+    pp: list[int] | None = None
+    cp: list[int] | None = None
+    vpp: list[int] | None = None
+    micro_batch: list[int] | None = None
+    zero: list[int] = Field(default_factory=lambda: [0, 1, 2, 3])
+    recompute: list[RecomputeChoice] = Field(default_factory=lambda: ["none", "selective", "full", "partial"])
+    recompute_layers: list[int] | None = None
+    sequence_parallel: list[bool] = Field(default_factory=lambda: [True])
+    allow_cross_node_tp: bool = False
+    max_cp: int = Field(default=8, ge=1, le=1_000_000, description="default cp domain: powers of two up to this")
+    max_vpp: int = Field(default=8, ge=1, le=1_000, description="default vpp domain: divisors up to this")
+    max_micro_batch: int = Field(default=8, ge=1, le=1_000_000, description="default micro-batch domain cap")
+
+    @field_validator("tp", "pp", "cp", "vpp", "micro_batch", "recompute_layers")
+    @classmethod
+    def _ints(cls, v, info):
+        return _positive_unique(v, info.field_name)
+
+    @field_validator("zero")
+    @classmethod
+    def _zero(cls, v):
+        if not v or any(z not in (0, 1, 2, 3) for z in v):
+            raise ValueError(f"zero: stages are 0, 1, 2, 3 (got {v})")
+        return sorted(set(v))
+
+    @field_validator("recompute")
+    @classmethod
+    def _rc(cls, v):
+        if not v:
+            raise ValueError("recompute: empty; use some of none, selective, full, partial")
+        order = ["none", "selective", "full", "partial"]
+        return [r for r in order if r in set(v)]
+
+    @field_validator("sequence_parallel")
+    @classmethod
+    def _sp(cls, v):
+        if not v:
+            raise ValueError("sequence_parallel: empty; use [true], [false] or [true, false]")
+        return sorted(set(v), reverse=True)
+
+
+class SearchRequest(_Doc):
+    """A search: one model, one or more GPU types, GPU counts, batch, constraints, objective.
+
+    GPU counts: ``gpus`` lists them; otherwise every multiple of ``gpus_step`` (default: the
+    system's GPUs per node) from ``min_gpus`` (default one step) to ``max_gpus``; without
+    ``max_gpus`` the range is doubled from 8 nodes until doubling the GPUs stops paying — the
+    fastest run shortens by less than 25 % (see :func:`planner.search.default_max_gpus`).
+    """
+
+    model: str = Field(min_length=1, description="catalog model name or model file")
+    gpu: list[str] = Field(default_factory=lambda: ["a100-80gb"], min_length=1, max_length=32,
+                           description="GPU systems (catalog names or cluster files); one front across them")
+    sets: list[str] = Field(default_factory=list, description="--set what-if overrides, applied to every system")
+    gpus: list[int] | None = Field(default=None, description="explicit GPU counts")
+    min_gpus: int | None = Field(default=None, gt=0, le=10_000_000)
+    max_gpus: int | None = Field(default=None, gt=0, le=10_000_000)
+    gpus_step: int | None = Field(default=None, gt=0, le=10_000_000, description="default: GPUs per node")
+    max_nodes: int | None = Field(default=None, gt=0, le=10_000_000, description="caps GPU counts at nodes x GPUs/node")
+    global_batch: list[int] | None = Field(default=None, description="sequences per step; default the model's")
+    seq_len: int | None = Field(default=None, gt=0, le=100_000_000, description="default the model's")
+    tokens: float = Field(default=DEFAULT_TOKENS, gt=0, lt=1e18, description="training tokens of the run")
+    deadline_days: float | None = Field(default=None, gt=0)
+    budget_usd: float | None = Field(default=None, gt=0)
+    max_power_kw: float | None = Field(default=None, gt=0)
+    memory_headroom: float = Field(default=0.0, ge=0.0, lt=1.0, description="fraction of GPU memory kept free")
+    max_comm_ratio: float | None = Field(default=None, gt=0.0, le=1.0,
+                                         description="max exposed communication / step time")
+    knobs: Knobs = Field(default_factory=Knobs)
+    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+    overlap_tp_comm: bool = Field(default=True, description="TP communication overlap (TE userbuffers)")
+    checkpoint_interval_h: float = Field(default=1.0, gt=0, le=1e6)
+    objective: Objective = "fastest"
+    solver: Literal["cpsat", "exhaustive"] = "cpsat"
+    time_limit_s: float = Field(default=10.0, gt=0, le=86_400)
+    workers: int = Field(default=1, ge=1, le=256)
+    seed: int = Field(default=0, ge=0, le=2**31 - 1)
+    max_candidates: int = Field(default=20_000_000, gt=0, description="refuse larger spaces (memory)")
+
+    @field_validator("gpu")
+    @classmethod
+    def _gpu(cls, v):
+        out = []
+        for g in v:
+            g = g.strip()
+            if not g:
+                raise ValueError("gpu: empty name in the list")
+            if g not in out:
+                out.append(g)
+        return out
+
+    @field_validator("gpus", "global_batch")
+    @classmethod
+    def _lists(cls, v, info):
+        out = _positive_unique(v, info.field_name)
+        if out and max(out) > 100_000_000:
+            raise ValueError(f"{info.field_name}: {max(out)} is too large")
+        return out
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.min_gpus and self.max_gpus and self.min_gpus > self.max_gpus:
+            raise ValueError(f"min_gpus: {self.min_gpus} exceeds max_gpus {self.max_gpus}")
+        return self
+
+
+class FrontPoint(_Doc):
+    """One non-dominated (GPU count, days, dollars) point and the plan behind it."""
+
+    gpu: str = Field(description="system name")
+    num_gpus: int
+    nodes: float
+    plan: Plan
+    grad_accum: int
+    step_time_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float
+    memory_gib: float = Field(description="peak memory per GPU (worst stage)")
+    memory_usable_gib: float
+    comm_ratio: float
+    days: float
+    gpu_hours: float
+    cost_usd: float
+    energy_kwh: float
+    power_kw: float
+    scaling_efficiency: float = Field(
+        description="tokens/s per GPU relative to the smallest GPU count on the front (same system)")
+    bottleneck: str = Field(description="largest share of the step, named by its resource")
+    binding: list[str] = Field(
+        description="constraints that exclude a faster plan at this GPU count (memory, comm_ratio)")
+
+
+class SearchStats(_Doc):
+    candidates: int = Field(description="plans enumerated (every knob combination that passes the rules)")
+    memory_rejected: int = Field(description="over the usable memory")
+    evaluated: int = Field(description="plans timed by the cost model")
+    comm_rejected: int
+    feasible: int = Field(description="plans meeting every constraint")
+    pruned: int = Field(description="feasible plans dropped before the solver (dominated at their GPU count)")
+    solver_candidates: int = Field(description="plans in the CP-SAT table")
+    gpu_counts: int = Field(description="GPU counts considered, over all systems")
+    solves: int
+    enumerate_s: float
+    evaluate_s: float
+    solve_s: float
+    total_s: float
+    proven_optimal: bool
+    solver: str
+    workers: int
+
+
+class ResolvedInputs(_Doc):
+    """The request as the search understood it."""
+
+    model: str
+    params: int
+    systems: list[str]
+    gpu_counts: dict[str, list[int]]
+    global_batch: list[int]
+    seq_len: int
+    tokens: float
+
+
+class SearchResult(_Doc):
+    """``plan-search`` output: the front (sorted by system order, then GPU count), the
+    recommended plan in full, the search statistics, and the inputs echoed back."""
+
+    front: list[FrontPoint]
+    recommended: Estimate
+    recommended_index: int | None = Field(description="index of the recommended plan in front (None: not on it)")
+    objective: str
+    reason: str
+    stats: SearchStats
+    inputs: ResolvedInputs
+    request: SearchRequest
+
+
+class Alternative(_Doc):
+    """A change that was evaluated to see whether it makes a plan fit."""
+
+    change: str
+    fits: bool
+    peak_gib: float | None = None
+    usable_gib: float | None = None
+    plan: Plan | None = None
+
+
+class NoFeasiblePlan(Exception):
+    """Nothing satisfies the request. ``str()`` is the one-line actionable message."""
+
+    def __init__(self, message: str, *, reason: str, smallest_gib: float | None = None,
+                 smallest_plan: Plan | None = None, usable_gib: float | None = None,
+                 capacity_gib: float | None = None, system: str | None = None,
+                 alternatives: list[Alternative] | None = None):
+        super().__init__(message)
+        self.reason = reason
+        self.smallest_gib = smallest_gib
+        self.smallest_plan = smallest_plan
+        self.usable_gib = usable_gib
+        self.capacity_gib = capacity_gib
+        self.system = system
+        self.alternatives = alternatives or []

@@ -1,0 +1,817 @@
+"""``planner.search``: the Pareto front of GPU count, training days and dollars, and a
+recommended plan, over every candidate of :mod:`planner.space`.
+
+Pipeline (one copy of every formula: candidates are priced only by
+:func:`planner.evaluate.evaluate`):
+
+1. **Enumerate** every valid candidate per GPU type (:func:`planner.space.enumerate_space`),
+   all GPU counts and global batches at once.
+2. **Evaluate** them in large numpy batches (chunks of :data:`EVAL_CHUNK` rows — about three
+   times faster per candidate than one huge call, the arrays stay in cache), keeping the
+   columns the search needs.
+3. **Mask** what breaks a constraint: memory over ``capacity * (1 - headroom)`` (evaluate's
+   ``fits``), ``comm_ratio > max_comm_ratio``, ``days > deadline_days``, ``cost_usd >
+   budget_usd``, ``power_kw > max_power_kw``, GPU counts outside the bounds.
+4. **Prune** with numpy, only what is exactly safe. Within one group (same GPU type, same GPU
+   count) every candidate has the same GPU count, so a candidate is dominated for the front
+   when another one of the group is no slower *and* no dearer (one of them strictly, or equal
+   and earlier in the stable order). The group keeps its (days, dollars) front — under the
+   present cost model dollars grow with days at a fixed count and price, so that is the
+   fastest plan — plus the candidate that is best for each objective that is not a function of
+   (count, days, dollars): the least energy, the highest MFU. Constraints are applied before
+   this step, so a kept candidate is never replaced by one that breaks a limit. Nothing is
+   pruned across groups: that is the solver's job. What is *not* exact is the space itself:
+   its default domains (``Knobs``: cp, vpp and micro-batch caps) bound what is searched.
+5. **Solve** with CP-SAT (:func:`build_model`): one Boolean per surviving candidate, exactly
+   one chosen; the constraints (deadline, budget, power cap, GPU-count bounds) stated again on
+   the chosen candidate; a lexicographic objective (e.g. fastest = days, then dollars, then
+   GPUs, then the stable candidate order). *Scaling*: every objective column is replaced by
+   its ordinal rank among the table's distinct values (and the lexicographic objective by the
+   rank of the whole key), so coefficients are integers below the table size whatever the
+   magnitudes — a 10T-parameter model on a million GPUs cannot overflow, and no two distinct
+   values are merged by rounding (which a fixed-point scaling would do). GPU counts enter as
+   they are (integers below 1e7). The optimum is unique (the stable order breaks every tie),
+   so the answer does not depend on the worker count.
+6. **Walk the front** by epsilon-constraint re-solves: minimise (days, dollars, GPUs, order);
+   after each optimum ``q`` add the constraint "GPUs < q.GPUs or days < q.days or dollars <
+   q.dollars" (linearised: the candidates it excludes, all known constants, are forbidden) and
+   solve again, with the best candidate still allowed as a hint, until infeasible. Each
+   optimum is a new non-dominated point, so the walk takes one solve per front point plus one.
+   A time limit (``time_limit_s``, the whole search) stops the walk with the front so far and
+   ``proven_optimal = False``.
+
+``solver="exhaustive"`` computes the front from *all* feasible candidates, without step 4,
+with a plain numpy skyline (:func:`exhaustive_front`) — the oracle the tests compare with.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from hardware.catalog import get_cluster, load_catalog
+from hardware.resolve import resolve_cluster
+from hardware.spec import ClusterSpec
+from models import counting
+from models.io import InputError
+from models.resolve import resolve_model
+from models.spec import ModelSpec
+
+from .arrays import PlanArrays
+from .estimate import pack
+from .evaluate import evaluate
+from .request import (
+    Alternative,
+    FrontPoint,
+    Knobs,
+    NoFeasiblePlan,
+    ResolvedInputs,
+    SearchRequest,
+    SearchResult,
+    SearchStats,
+)
+from .space import Space, enumerate_space
+
+EVAL_CHUNK = 16384
+#: Columns of evaluate() the search keeps for every candidate.
+COLUMNS = ("step_s", "memory_peak_gib", "memory_usable_gib", "fits", "comm_ratio", "days", "gpu_hours",
+           "cost_usd", "energy_kwh", "power_kw", "mfu", "tokens_per_s", "tokens_per_s_per_gpu")
+#: Default GPU-count rule: start at this many nodes, double while doubling the GPUs still
+#: shortens the fastest run by at least DOUBLING_GAIN; never beyond DEFAULT_MAX_GPUS.
+DEFAULT_START_NODES = 8
+DOUBLING_GAIN = 0.25
+DEFAULT_MAX_GPUS = 1 << 20
+
+#: Lexicographic keys of the objectives (all minimised; the stable order breaks what is left).
+OBJECTIVE_KEYS = {
+    "fastest": ("days", "cost", "gpus"),
+    "cheapest": ("cost", "days", "gpus"),
+    "fewest-gpus": ("gpus", "days", "cost"),
+    "least-energy": ("energy", "days", "cost", "gpus"),
+    "best-mfu": ("neg_mfu", "days", "cost", "gpus"),
+}
+FRONT_KEY = OBJECTIVE_KEYS["fastest"]
+OBJECTIVE_TEXT = {
+    "fastest": "the shortest run",
+    "cheapest": "the lowest cost",
+    "fewest-gpus": "the fewest GPUs",
+    "least-energy": "the least energy",
+    "best-mfu": "the highest MFU",
+}
+
+
+# ------------------------------------------------------------------ inputs
+def resolve_inputs(request: SearchRequest) -> tuple[ModelSpec, list[ClusterSpec], list[int], int]:
+    model = resolve_model(request.model)
+    clusters = []
+    for ref in request.gpu:
+        c = resolve_cluster(ref, request.sets)
+        if c.name in [k.name for k in clusters]:
+            continue
+        clusters.append(c)
+    seq = request.seq_len or model.seq_len
+    gbs = request.global_batch or [model.global_batch]
+    return model, clusters, gbs, seq
+
+
+def _upper_cap(cluster: ClusterSpec, request: SearchRequest) -> int | None:
+    caps = [c for c in (request.max_gpus,) if c]
+    if request.max_nodes:
+        caps.append(request.max_nodes * cluster.node.gpus_per_node)
+    return min(caps) if caps else None
+
+
+def gpu_counts(cluster: ClusterSpec, request: SearchRequest, upper: int | None = None) -> np.ndarray:
+    """The GPU counts of one system: ``gpus`` if given, else multiples of ``gpus_step`` (default
+    the GPUs per node) from ``min_gpus`` to ``upper`` (default the request's cap)."""
+    hi = upper if upper is not None else _upper_cap(cluster, request)
+    lo = request.min_gpus or 1
+    if request.gpus:
+        vals = [n for n in request.gpus if lo <= n and (hi is None or n <= hi)]
+        return np.asarray(vals, dtype=np.int64)
+    step = request.gpus_step or cluster.node.gpus_per_node
+    if hi is None:
+        raise ValueError("gpu_counts: no upper bound")
+    first = max(step, -(-lo // step) * step)
+    return np.arange(first, hi + 1, step, dtype=np.int64)
+
+
+# ------------------------------------------------------------------ evaluation
+@dataclass
+class System:
+    """One GPU type: its candidates and their evaluated columns."""
+
+    index: int
+    cluster: ClusterSpec
+    space: Space
+    cols: dict
+    counts: np.ndarray
+
+    @property
+    def name(self) -> str:
+        return self.cluster.name
+
+
+def evaluate_columns(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, request: SearchRequest) -> dict:
+    """:data:`COLUMNS` of :func:`evaluate` for every row of ``x``, in chunks of EVAL_CHUNK."""
+    parts = {k: [] for k in COLUMNS}
+    parts["bottleneck_memory"] = []
+    for a in range(0, len(x), EVAL_CHUNK):
+        r = evaluate(model, cluster, x.take(slice(a, a + EVAL_CHUNK)), memory_headroom=request.memory_headroom,
+                     tokens=request.tokens, checkpoint_interval_h=request.checkpoint_interval_h)
+        for k in COLUMNS:
+            parts[k].append(np.asarray(r[k]))
+        parts["bottleneck_memory"].append(np.asarray(r["memory"]["total"]))
+    if not len(x):
+        return {k: np.zeros(0, dtype=bool if k == "fits" else float) for k in parts}
+    return {k: np.concatenate(v) for k, v in parts.items()}
+
+
+def _concat_spaces(spaces: list[Space]) -> Space:
+    first = spaces[0]
+    x = PlanArrays(**{f.name: np.concatenate([getattr(s.x, f.name) for s in spaces]) for f in fields(PlanArrays)})
+    return Space(first.model, first.cluster, x, np.concatenate([s.rc_kind for s in spaces]),
+                 np.concatenate([s.uneven for s in spaces]), first.precision, first.overlap_tp_comm)
+
+
+def _enumerate(model, cluster, counts, gbs, seq, request, knobs=None) -> Space:
+    return enumerate_space(model, cluster, counts, gbs, seq, knobs or request.knobs, request.precision,
+                           request.overlap_tp_comm, request.max_candidates)
+
+
+def masks(sys_cols: dict, x: PlanArrays, request: SearchRequest, lo: int, hi: int | None) -> dict:
+    """Per-candidate constraint masks (True = satisfied)."""
+    c = sys_cols
+    n = x.num_gpus
+    out = {
+        "memory": c["fits"].astype(bool),
+        "comm_ratio": (c["comm_ratio"] <= request.max_comm_ratio) if request.max_comm_ratio else np.ones(len(n), bool),
+        "power": (c["power_kw"] <= request.max_power_kw) if request.max_power_kw else np.ones(len(n), bool),
+        "deadline": (c["days"] <= request.deadline_days) if request.deadline_days else np.ones(len(n), bool),
+        "budget": (c["cost_usd"] <= request.budget_usd) if request.budget_usd else np.ones(len(n), bool),
+        "gpus": (n >= lo) & ((n <= hi) if hi else True),
+    }
+    feas = np.ones(len(n), bool)
+    for v in out.values():
+        feas &= v
+    out["feasible"] = feas
+    return out
+
+
+def default_max_gpus(model, cluster, gbs, seq, request) -> tuple[int, list[Space], list[dict]]:
+    """The default top of the GPU range for one system: from DEFAULT_START_NODES nodes, double
+    the range while doubling the GPUs shortens the fastest feasible run by at least
+    DOUBLING_GAIN (25 %, i.e. the doubling still scales at 2/3 efficiency or better); the last
+    doubling, which shows the flattening, stays in the range. When nothing is feasible yet
+    (the model does not fit), keep doubling. Capped by ``max_gpus``/``max_nodes`` or 2**20.
+
+    Returns the cap and the evaluated pieces (so nothing is evaluated twice)."""
+    step = request.gpus_step or cluster.node.gpus_per_node
+    cap_limit = _upper_cap(cluster, request) or DEFAULT_MAX_GPUS
+    cap = min(DEFAULT_START_NODES * step, cap_limit)
+    pieces: list[Space] = []
+    cols: list[dict] = []
+    lo_done = 0
+    best_prev = math.inf
+    while True:
+        counts = gpu_counts(cluster, request, upper=cap)
+        new = counts[counts > lo_done]
+        if len(new):
+            sp = _enumerate(model, cluster, new, gbs, seq, request)
+            pieces.append(sp)
+            cols.append(evaluate_columns(model, cluster, sp.x, request))
+        lo_done = cap
+        best = math.inf
+        for sp, c in zip(pieces, cols):
+            ok = c["fits"] & ((c["comm_ratio"] <= request.max_comm_ratio) if request.max_comm_ratio else True)
+            if request.max_power_kw:
+                ok &= c["power_kw"] <= request.max_power_kw
+            if ok.any():
+                best = min(best, float(c["days"][ok].min()))
+        if cap >= cap_limit:
+            break
+        if math.isfinite(best_prev) and best > (1.0 - DOUBLING_GAIN) * best_prev:
+            break
+        best_prev = best
+        cap = min(cap * 2, cap_limit)
+    return cap, pieces, cols
+
+
+# ------------------------------------------------------------------ the table
+@dataclass
+class Table:
+    """Candidates handed to the solver (or the oracle): one row each, in stable order."""
+
+    system: np.ndarray
+    row: np.ndarray
+    group: np.ndarray  # dense id of (system, GPU count)
+    gpus: np.ndarray
+    days: np.ndarray
+    cost: np.ndarray
+    energy: np.ndarray
+    power: np.ndarray
+    mfu: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.system)
+
+    def take(self, idx) -> "Table":
+        return Table(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})
+
+    def column(self, key: str) -> np.ndarray:
+        return -self.mfu if key == "neg_mfu" else getattr(self, key)
+
+
+def group_ids(systems: list[System]) -> tuple[list[np.ndarray], int]:
+    """Dense (system, GPU count) group id of every candidate of every system, and their number."""
+    out, offset = [], 0
+    for s in systems:
+        counts = np.unique(s.space.x.num_gpus)
+        out.append(offset + np.searchsorted(counts, s.space.x.num_gpus))
+        offset += len(counts)
+    return out, offset
+
+
+def group_argmin(group: np.ndarray, n_groups: int, keys, mask=None) -> np.ndarray:
+    """Per group, the row minimising the lexicographic ``keys`` among ``mask`` (ties: the lowest
+    row index); -1 for a group without rows. O(rows) per key (no sort)."""
+    n = len(group)
+    cand = np.ones(n, dtype=bool) if mask is None else mask.copy()
+    for k in keys:
+        best = np.full(n_groups, np.inf)
+        np.minimum.at(best, group[cand], k[cand])
+        cand &= k == best[group]
+    first = np.full(n_groups, n, dtype=np.int64)
+    rows = np.nonzero(cand)[0]
+    np.minimum.at(first, group[rows], rows)
+    return np.where(first < n, first, -1)
+
+
+def build_table(systems: list[System], feasible: list[np.ndarray], groups: list[np.ndarray]) -> Table:
+    parts = []
+    for s, f, g in zip(systems, feasible, groups):
+        idx = np.nonzero(f)[0]
+        c = s.cols
+        parts.append(Table(np.full(len(idx), s.index, dtype=np.int64), idx, g[idx], s.space.x.num_gpus[idx],
+                           c["days"][idx], c["cost_usd"][idx], c["energy_kwh"][idx], c["power_kw"][idx],
+                           c["mfu"][idx]))
+    return Table(**{f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(Table)})
+
+
+def positions(t: Table, key: tuple[str, ...]) -> np.ndarray:
+    """Rank of every row under the lexicographic ``key`` (ties: table order). A permutation of
+    0..len-1: the integer objective coefficients."""
+    order = np.lexsort((np.arange(len(t)),) + tuple(t.column(k) for k in reversed(key)))
+    pos = np.empty(len(t), dtype=np.int64)
+    pos[order] = np.arange(len(t))
+    return pos
+
+
+def ordinal(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rank of each value among the distinct values, the sorted distinct values)."""
+    uniq, inv = np.unique(values, return_inverse=True)
+    return inv.astype(np.int64), uniq
+
+
+def prune(t: Table, n_groups: int) -> np.ndarray:
+    """Rows that may matter (exactly safe, see the module docstring): per (system, GPU count)
+    group its (days, dollars) front, its least-energy and its highest-MFU row; sorted."""
+    if not len(t):
+        return np.zeros(0, dtype=np.int64)
+    g = t.group
+    # the group's fastest row (then cheapest, then first): on the group front; every other row
+    # with no lower dollars is weakly dominated by it
+    q = group_argmin(g, n_groups, (t.days, t.cost))
+    q = q[q >= 0]
+    q_cost = np.full(n_groups, np.inf)
+    q_cost[g[q]] = t.cost[q]
+    sub = np.union1d(q, np.nonzero(t.cost < q_cost[g])[0])
+    # exact (days, dollars) front per group among those few rows
+    o = sub[np.lexsort((sub, t.cost[sub], t.days[sub], g[sub]))]
+    cost_r = np.unique(t.cost[o], return_inverse=True)[1].astype(np.int64)
+    key = cost_r - g[o] * (len(o) + 1)  # decreasing offsets: the running minimum restarts per group
+    prev = np.concatenate([[np.iinfo(np.int64).max], np.minimum.accumulate(key)[:-1]])
+    keep = [o[key < prev]]
+    for k in (("energy", "days", "cost"), ("neg_mfu", "days", "cost")):
+        r = group_argmin(g, n_groups, tuple(t.column(c) for c in k))
+        keep.append(r[r >= 0])
+    return np.unique(np.concatenate(keep))
+
+
+# ------------------------------------------------------------------ CP-SAT
+def solver_parameters(request: SearchRequest, time_left: float):
+    """Every CP-SAT parameter of the search, in one place."""
+    from ortools.sat.python import cp_model
+
+    s = cp_model.CpSolver()
+    s.parameters.max_time_in_seconds = max(time_left, 1e-3)
+    s.parameters.num_workers = request.workers
+    s.parameters.random_seed = request.seed
+    s.parameters.log_search_progress = False
+    return s
+
+
+@dataclass
+class Model:
+    """A CP-SAT model over a :class:`Table` (see :func:`build_model`)."""
+
+    cp: object
+    pick: list
+    pos: np.ndarray
+    order: np.ndarray  # order[p] = row whose objective coefficient is p
+
+    def forbid(self, rows) -> None:
+        """Constraint: none of ``rows`` is chosen."""
+        rows = list(rows)
+        if rows:
+            self.cp.Add(sum(self.pick[int(i)] for i in rows) == 0)
+
+    def hint(self, row: int | None) -> None:
+        self.cp.ClearHints()
+        if row is not None:
+            self.cp.AddHint(self.pick[int(row)], 1)
+
+
+def build_model(t: Table, request: SearchRequest, labels: list[str], key: tuple[str, ...]) -> Model:
+    """CP-SAT: choose exactly one candidate of ``t`` under the request's limits, minimising the
+    lexicographic ``key`` (ordinal scaling, see the module docstring)."""
+    from ortools.sat.python import cp_model
+
+    m = cp_model.CpModel()
+    m.SetName("plan-search")
+    pick = [m.NewBoolVar(f"pick[{i}]:{labels[int(t.system[i])]}x{int(t.gpus[i])}#{int(t.row[i])}")
+            for i in range(len(t))]
+    m.AddExactlyOne(pick)
+
+    def at_most(col: np.ndarray, limit: float | None, name: str):
+        if limit is None:
+            return
+        rank, uniq = ordinal(col)
+        thr = int(np.searchsorted(uniq, limit, side="right")) - 1  # largest rank with value <= limit
+        m.Add(cp_model.LinearExpr.WeightedSum(pick, rank.tolist()) <= thr).WithName(name)
+
+    at_most(t.days, request.deadline_days, "deadline")
+    at_most(t.cost, request.budget_usd, "budget")
+    at_most(t.power, request.max_power_kw, "power_cap")
+    gpus = cp_model.LinearExpr.WeightedSum(pick, t.gpus.tolist())
+    if request.min_gpus:
+        m.Add(gpus >= request.min_gpus).WithName("min_gpus")
+    if request.max_gpus:
+        m.Add(gpus <= request.max_gpus).WithName("max_gpus")
+    pos = positions(t, key)
+    m.Minimize(cp_model.LinearExpr.WeightedSum(pick, pos.tolist()))
+    order = np.empty(len(t), dtype=np.int64)
+    order[pos] = np.arange(len(t))
+    return Model(m, pick, pos, order)
+
+
+def _solve(model: Model, request: SearchRequest, deadline: float) -> tuple[str, int | None]:
+    """Solve; (status, chosen row)."""
+    from ortools.sat.python import cp_model
+
+    s = solver_parameters(request, deadline - time.perf_counter())
+    st = s.Solve(model.cp)
+    if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        row = int(model.order[int(round(s.ObjectiveValue()))])
+        return ("optimal" if st == cp_model.OPTIMAL else "feasible"), row
+    if st == cp_model.INFEASIBLE:
+        return "infeasible", None
+    return "unknown", None
+
+
+def weakly_dominated_by(t: Table, q: int) -> np.ndarray:
+    """Rows with GPUs >= q's, days >= q's and dollars >= q's (q included)."""
+    return np.nonzero((t.gpus >= t.gpus[q]) & (t.days >= t.days[q]) & (t.cost >= t.cost[q]))[0]
+
+
+def cpsat_front(t: Table, request: SearchRequest, labels, deadline: float) -> tuple[list[int], bool, int]:
+    """Front rows of ``t`` by epsilon-constraint re-solves; (rows, proven, solves)."""
+    if not len(t):
+        return [], True, 0
+    model = build_model(t, request, labels, FRONT_KEY)
+    allowed = np.ones(len(t), dtype=bool)
+    front: list[int] = []
+    solves = 0
+    proven = True
+    while True:
+        if time.perf_counter() >= deadline:
+            proven = False
+            break
+        cand = np.nonzero(allowed)[0]
+        model.hint(int(cand[np.argmin(model.pos[cand])]) if len(cand) else None)
+        status, row = _solve(model, request, deadline)
+        solves += 1
+        if status == "infeasible":
+            break
+        if status != "optimal":
+            proven = False
+            break
+        front.append(row)
+        dom = weakly_dominated_by(t, row)
+        model.forbid(dom[allowed[dom]])
+        allowed[dom] = False
+    return front, proven, solves
+
+
+def cpsat_pick(t: Table, request: SearchRequest, labels, key, deadline: float) -> tuple[int | None, bool]:
+    model = build_model(t, request, labels, key)
+    status, row = _solve(model, request, deadline)
+    return row, status in ("optimal", "infeasible")
+
+
+# ------------------------------------------------------------------ the oracle
+def exhaustive_front(t: Table) -> list[int]:
+    """Non-dominated rows of (GPUs, days, dollars), by a plain skyline: rows sorted by (days,
+    dollars, GPUs, order); a row is on the front unless an earlier one has no more GPUs and no
+    higher dollars. Processed by GPU count: a staircase of (days, dollars) over all smaller
+    counts, and a running minimum within the count."""
+    if not len(t):
+        return []
+    out: list[int] = []
+    stair_d = np.zeros(0)
+    stair_c = np.zeros(0)
+    stable = np.arange(len(t))
+    for n in np.unique(t.gpus):
+        idx = np.nonzero(t.gpus == n)[0]
+        o = idx[np.lexsort((stable[idx], t.cost[idx], t.days[idx]))]
+        d, c = t.days[o], t.cost[o]
+        # dominated by a smaller count: the staircase point with the largest days <= d has the
+        # lowest dollars among those
+        if len(stair_d):
+            j = np.searchsorted(stair_d, d, side="right") - 1
+            beaten = (j >= 0) & (stair_c[np.maximum(j, 0)] <= c)
+        else:
+            beaten = np.zeros(len(o), dtype=bool)
+        prev = np.concatenate([[np.inf], np.minimum.accumulate(c)[:-1]])
+        alive = (~beaten) & (c < prev)
+        out.extend(o[alive].tolist())
+        # merge into the staircase: days ascending, dollars strictly descending
+        d_all = np.concatenate([stair_d, d[alive]])
+        c_all = np.concatenate([stair_c, c[alive]])
+        so = np.lexsort((c_all, d_all))
+        d_all, c_all = d_all[so], c_all[so]
+        pm = np.concatenate([[np.inf], np.minimum.accumulate(c_all)[:-1]])
+        k = c_all < pm
+        stair_d, stair_c = d_all[k], c_all[k]
+    return out
+
+
+def exhaustive_pick(t: Table, key) -> int | None:
+    if not len(t):
+        return None
+    return int(np.argmin(positions(t, key)))
+
+
+# ------------------------------------------------------------------ the search
+def _fits_anything(model, cluster, counts, gbs, seq, request, knobs) -> tuple[bool, float, object]:
+    """(fits, smallest peak GiB, plan) of a variant of the space, actually evaluated."""
+    try:
+        sp = _enumerate(model, cluster, counts, gbs, seq, request, knobs)
+    except InputError:
+        return False, math.inf, None
+    if not len(sp):
+        return False, math.inf, None
+    c = evaluate_columns(model, cluster, sp.x, request)
+    i = int(np.argmin(c["memory_peak_gib"]))
+    return bool(c["fits"].any()), float(c["memory_peak_gib"][i]), sp.plan(i)
+
+
+def _describe_plan(p) -> str:
+    rc = p.recompute + (f"({p.recompute_layers})" if p.recompute_layers else "")
+    return (f"tp{p.tp} pp{p.pp} dp{p.dp} cp{p.cp} vpp{p.vpp} mb{p.micro_batch} zero{p.zero} {rc} "
+            f"on {p.num_gpus} GPUs")
+
+
+def explain_infeasible(model, systems: list[System], gbs, seq, request, ms: list[dict]) -> NoFeasiblePlan:
+    """Why nothing is feasible, with the cheapest changes that would make a plan fit (each
+    evaluated). The constraints are taken in order memory, comm ratio, power, deadline, budget;
+    the first one that leaves nothing is reported, with the best value among what was left."""
+    total = sum(len(s.space) for s in systems)
+    if total == 0:
+        counts = sorted({int(n) for s in systems for n in s.counts})
+        shown = ", ".join(map(str, counts[:6])) + (" ..." if len(counts) > 6 else "")
+        return NoFeasiblePlan(
+            f"no valid plan at the GPU counts considered ({shown or 'none'}) with global batch "
+            f"{'/'.join(map(str, gbs))}: tp*pp*cp*dp must equal the GPU count and dp*micro_batch divide the "
+            "batch; try other --gpus or --global-batch, or loosen the knob bounds", reason="space")
+    order = ["memory", "comm_ratio", "power", "deadline", "budget", "gpus"]
+    alive = [np.ones(len(s.space), bool) for s in systems]
+    for name in order:
+        nxt = [a & m[name] for a, m in zip(alive, ms)]
+        if not any(n.any() for n in nxt):
+            break
+        alive = nxt
+    if name == "memory":
+        return _explain_memory(model, systems, gbs, seq, request)
+    # best value of the failing metric among the survivors
+    col, unit, what, fix = {
+        "comm_ratio": ("comm_ratio", "", "exposed communication share", "raise --max-comm-ratio or allow other knobs"),
+        "power": ("power_kw", " kW", "power", "raise --max-power-kw or use fewer or lower-power GPUs"),
+        "deadline": ("days", " days", "run time", "raise --deadline-days or --max-gpus, or lower --tokens"),
+        "budget": ("cost_usd", " USD", "cost", "raise --budget-usd, or lower --tokens"),
+        "gpus": ("num_gpus", " GPUs", "GPU count", "widen --gpus"),
+    }[name]
+    best, where = math.inf, None
+    for s, a in zip(systems, alive):
+        if not a.any():
+            continue
+        vals = s.space.x.num_gpus if col == "num_gpus" else s.cols[col]
+        idx = np.nonzero(a)[0]
+        i = int(idx[np.argmin(vals[idx])])
+        if float(vals[i]) < best:
+            best, where = float(vals[i]), (s, i)
+    limit = {"comm_ratio": request.max_comm_ratio, "power": request.max_power_kw,
+             "deadline": request.deadline_days, "budget": request.budget_usd, "gpus": request.max_gpus}[name]
+    s, i = where
+    p = s.space.plan(i)
+    prior = ", ".join(order[: order.index(name)])
+    return NoFeasiblePlan(
+        f"no plan meets the {name.replace('_', ' ')} limit: the best {what} among the plans that satisfy "
+        f"{prior} is {best:.4g}{unit} ({_describe_plan(p)}, {s.name}) against a limit of {limit:g}{unit}; {fix}",
+        reason=name)
+
+
+def _explain_memory(model, systems, gbs, seq, request) -> NoFeasiblePlan:
+    best = (math.inf, None, None)
+    for s in systems:
+        m = s.cols["memory_peak_gib"]
+        i = int(np.argmin(m))
+        if m[i] < best[0]:
+            best = (float(m[i]), s, i)
+    gib, s, i = best
+    plan = s.space.plan(i)
+    usable = float(s.cols["memory_usable_gib"][i])
+    cap = s.cluster.gpu.memory_gib
+    kn: Knobs = request.knobs
+    alts: list[Alternative] = []
+    variants = []
+    if 3 not in kn.zero:
+        variants.append(("ZeRO-3 (--zero 3)", kn.model_copy(update={"zero": sorted(set(kn.zero) | {3})})))
+    if "full" not in kn.recompute:
+        variants.append(("full recomputation (--recompute full)",
+                         kn.model_copy(update={"recompute": list(kn.recompute) + ["full"]})))
+    if len(variants) == 2:
+        variants.append(("ZeRO-3 and full recomputation",
+                         kn.model_copy(update={"zero": sorted(set(kn.zero) | {3}),
+                                               "recompute": list(kn.recompute) + ["full"]})))
+    for label, k in variants:
+        ok, g, p = _fits_anything(model, s.cluster, s.counts, gbs, seq, request, k)
+        alts.append(Alternative(change=label, fits=ok, peak_gib=g if math.isfinite(g) else None, usable_gib=usable, plan=p))
+    # more GPUs (same system, same knobs): node multiples beyond the largest count considered
+    top = int(max(s.counts)) if len(s.counts) else s.cluster.node.gpus_per_node
+    gpn = s.cluster.node.gpus_per_node
+    for mult in (2, 4, 8, 16, 32, 64):
+        counts = np.arange(top + gpn, top * mult + 1, gpn) if not request.gpus else np.array([top * mult])
+        counts = counts[counts <= DEFAULT_MAX_GPUS]
+        if not len(counts):
+            break
+        ok, g, p = _fits_anything(model, s.cluster, counts, gbs, seq, request, kn)
+        if ok:
+            alts.append(Alternative(change=f"more GPUs: {p.num_gpus} ({s.name})" if p else "more GPUs",
+                                    fits=True, peak_gib=g, usable_gib=usable, plan=p))
+            break
+    else:
+        alts.append(Alternative(change=f"more GPUs (up to {top * 64})", fits=False))
+    # a larger-memory GPU at the same counts
+    bigger = sorted((c for c in load_catalog().values() if c.gpu.memory_gib > cap),
+                    key=lambda c: (c.price_per_gpu_hour_usd, c.name))
+    for c in bigger:
+        counts = s.counts if len(s.counts) else np.array([top])
+        ok, g, p = _fits_anything(model, c, counts, gbs, seq, request, kn)
+        if ok:
+            alts.append(Alternative(change=f"a larger-memory GPU: {c.name} ({c.gpu.memory_gib:g} GiB)", fits=True,
+                                    peak_gib=g, usable_gib=c.gpu.memory_gib * (1 - request.memory_headroom), plan=p))
+            break
+    fixes = [f"{a.change} -> {a.peak_gib:.1f} GiB" if a.peak_gib is not None else a.change for a in alts if a.fits]
+    tried = [a.change for a in alts if not a.fits]
+    msg = (f"no plan fits in memory: the smallest footprint is {gib:.1f} GiB per GPU ({_describe_plan(plan)}, "
+           f"{s.name}) against {usable:.1f} GiB usable ({cap:g} GiB, headroom {request.memory_headroom:.0%}); "
+           + (f"would fit: {'; '.join(fixes)}" if fixes else "nothing tried fits")
+           + (f" (not enough: {'; '.join(tried)})" if tried else ""))
+    return NoFeasiblePlan(msg, reason="memory", smallest_gib=gib, smallest_plan=plan, usable_gib=usable,
+                          capacity_gib=cap, system=s.name, alternatives=alts)
+
+
+CONSTRAINTS = ("memory", "comm_ratio", "power", "deadline", "budget", "gpus")
+
+
+def _relaxed(m: dict, name: str) -> np.ndarray:
+    """Candidates meeting every constraint but ``name``."""
+    out = np.ones(len(m["memory"]), dtype=bool)
+    for k in CONSTRAINTS:
+        if k != name:
+            out &= m[k]
+    return out
+
+
+def binding_days(systems, ms, groups, n_groups) -> dict[str, np.ndarray]:
+    """Per group, the fastest run when one per-plan constraint (memory, comm ratio) is lifted."""
+    out = {}
+    for name in ("memory", "comm_ratio"):
+        best = np.full(n_groups, np.inf)
+        for s, m, g in zip(systems, ms, groups):
+            r = _relaxed(m, name)
+            np.minimum.at(best, g[r], s.cols["days"][r])
+        out[name] = best
+    return out
+
+
+def _recommend_reason(objective, t: Table, rec: int, systems, ms, request, key) -> str:
+    s = systems[int(t.system[rec])]
+    row = int(t.row[rec])
+    head = (f"{objective}: {OBJECTIVE_TEXT[objective]} among the feasible plans - {float(t.days[rec]):.1f} days, "
+            f"${float(t.cost[rec]):,.0f}, {int(t.gpus[rec])} {s.name} GPUs")
+    # which limits keep a better plan out (checked over every evaluated candidate)
+    cur = tuple(float(t.column(k)[rec]) for k in key)
+    binds = []
+    for name in CONSTRAINTS:
+        for sys, m in zip(systems, ms):
+            relaxed = _relaxed(m, name) & ~m[name]
+            if not relaxed.any():
+                continue
+            c = sys.cols
+            cols = {"days": c["days"], "cost": c["cost_usd"], "gpus": sys.space.x.num_gpus.astype(float),
+                    "energy": c["energy_kwh"], "neg_mfu": -c["mfu"]}
+            j = int(group_argmin(np.zeros(len(relaxed), dtype=np.int64), 1, tuple(cols[k] for k in key), relaxed)[0])
+            if tuple(float(cols[k][j]) for k in key) < cur:
+                binds.append(name)
+                break
+    names = {"memory": "GPU memory", "comm_ratio": "the comm-ratio limit", "power": "the power cap",
+             "deadline": "the deadline", "budget": "the budget", "gpus": "the GPU-count bounds"}
+    tail = ("; binding: " + ", ".join(names[b] for b in binds) + " (a better plan exists without it)") if binds \
+        else "; no constraint binds"
+    return head + tail + f"; bottleneck {evaluate_one_bottleneck(s, row, request)}"
+
+
+def evaluate_one_bottleneck(s: System, row: int, request) -> str:
+    r = evaluate(s.space.model, s.cluster, s.space.x.take([row]), memory_headroom=request.memory_headroom,
+                 tokens=request.tokens, checkpoint_interval_h=request.checkpoint_interval_h)
+    return str(r["bottleneck"][0])
+
+
+def search(request: SearchRequest | dict) -> SearchResult:
+    """Search the plans of ``request``; raises :class:`NoFeasiblePlan` when nothing qualifies."""
+    t0 = time.perf_counter()
+    req = request if isinstance(request, SearchRequest) else SearchRequest.model_validate(request)
+    deadline = t0 + req.time_limit_s
+    model, clusters, gbs, seq = resolve_inputs(req)
+    if seq % 1 or seq <= 0:
+        raise InputError(f"seq_len: {seq} must be a positive integer")
+    systems: list[System] = []
+    t_enum = t_eval = 0.0
+    for k, c in enumerate(clusters):
+        if req.gpus or _upper_cap(c, req):
+            counts = gpu_counts(c, req)
+            a = time.perf_counter()
+            sp = _enumerate(model, c, counts, gbs, seq, req) if len(counts) else None
+            b = time.perf_counter()
+            cols = evaluate_columns(model, c, sp.x, req) if sp is not None else None
+            t_enum += b - a
+            t_eval += time.perf_counter() - b
+        else:
+            a = time.perf_counter()
+            cap, pieces, parts = default_max_gpus(model, c, gbs, seq, req)
+            t_eval += time.perf_counter() - a
+            counts = gpu_counts(c, req, upper=cap)
+            sp = _concat_spaces(pieces) if pieces else None
+            cols = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]} if parts else None
+        if sp is None:
+            sp = _enumerate(model, c, [1], gbs, seq, req).take(np.zeros(0, dtype=np.int64))
+            cols = evaluate_columns(model, c, sp.x, req)
+        systems.append(System(k, c, sp, cols, counts))
+    lo = req.min_gpus or 1
+    ms = [masks(s.cols, s.space.x, req, lo, req.max_gpus) for s in systems]
+    feasible = [m["feasible"] for m in ms]
+    n_feas = int(sum(f.sum() for f in feasible))
+    if n_feas == 0:
+        raise explain_infeasible(model, systems, gbs, seq, req, ms)
+
+    labels = [s.name for s in systems]
+    groups, n_groups = group_ids(systems)
+    full = build_table(systems, feasible, groups)
+    key = OBJECTIVE_KEYS[req.objective]
+    t_solve0 = time.perf_counter()
+    if req.solver == "exhaustive":
+        table = full
+        front_rows = exhaustive_front(table)
+        rec = exhaustive_pick(table, key)
+        proven, solves = True, 0
+    else:
+        keep = prune(full, n_groups)
+        table = full.take(keep)
+        rec, proven_rec = cpsat_pick(table, req, labels, key, deadline)
+        front_rows, proven_front, solves = cpsat_front(table, req, labels, deadline)
+        solves += 1
+        proven = proven_rec and proven_front
+        if rec is None:  # time limit before any solution: the first front point, else the oracle order
+            rec = front_rows[0] if front_rows else exhaustive_pick(table, key)
+            proven = False
+    t_solve = time.perf_counter() - t_solve0
+
+    front = _front_points(systems, table, front_rows, req, binding_days(systems, ms, groups, n_groups))
+    rec_sys = systems[int(table.system[rec])]
+    rec_row = int(table.row[rec])
+    rec_plan = rec_sys.space.plan(rec_row)
+    r = evaluate(model, rec_sys.cluster, PlanArrays.from_plans([rec_plan], model.num_layers),
+                 memory_headroom=req.memory_headroom, tokens=req.tokens,
+                 checkpoint_interval_h=req.checkpoint_interval_h)
+    recommended = pack(model, rec_sys.cluster, rec_plan, r, 0, req.tokens)
+    rec_index = next((i for i, fp in enumerate(front) if fp.gpu == rec_sys.name and fp.plan == rec_plan), None)
+    reason = _recommend_reason(req.objective, table, rec, systems, ms, req, key)
+    total = sum(len(s.space) for s in systems)
+    mem_rej = int(sum((~m["memory"]).sum() for m in ms))
+    comm_rej = int(sum((m["memory"] & ~m["comm_ratio"]).sum() for m in ms))
+    stats = SearchStats(
+        candidates=total, memory_rejected=mem_rej, evaluated=total, comm_rejected=comm_rej, feasible=n_feas,
+        pruned=n_feas - len(table), solver_candidates=len(table),
+        gpu_counts=int(sum(len(s.counts) for s in systems)), solves=solves, enumerate_s=t_enum, evaluate_s=t_eval,
+        solve_s=t_solve, total_s=time.perf_counter() - t0, proven_optimal=bool(proven), solver=req.solver,
+        workers=req.workers,
+    )
+    inputs = ResolvedInputs(model=model.name, params=counting.total_params(model), systems=labels,
+                            gpu_counts={s.name: [int(n) for n in s.counts] for s in systems},
+                            global_batch=list(gbs), seq_len=seq, tokens=req.tokens)
+    return SearchResult(front=front, recommended=recommended, recommended_index=rec_index, objective=req.objective,
+                        reason=reason, stats=stats, inputs=inputs, request=req)
+
+
+def _front_points(systems, table: Table, rows: list[int], req, bind: dict) -> list[FrontPoint]:
+    """Front rows as FrontPoints, sorted by GPU count, then days, then system order; figures
+    re-evaluated (one evaluate() call per system) so they are exactly plan-estimate's."""
+    rows = sorted(rows, key=lambda i: (int(table.gpus[i]), float(table.days[i]), int(table.system[i]), int(table.row[i])))
+    by_sys: dict[int, list[int]] = {}
+    for i in rows:
+        by_sys.setdefault(int(table.system[i]), []).append(int(table.row[i]))
+    evals = {}
+    for k, rr in by_sys.items():
+        s = systems[k]
+        r = evaluate(s.space.model, s.cluster, s.space.x.take(np.array(rr)), memory_headroom=req.memory_headroom,
+                     tokens=req.tokens, checkpoint_interval_h=req.checkpoint_interval_h)
+        evals[k] = (r, {row: j for j, row in enumerate(rr)})
+    ref: dict[int, float] = {}
+    for i in rows:  # smallest count of each system on the front
+        k = int(table.system[i])
+        if k not in ref:
+            r, where = evals[k]
+            ref[k] = float(r["tokens_per_s_per_gpu"][where[int(table.row[i])]])
+    out = []
+    for i in rows:
+        k, row = int(table.system[i]), int(table.row[i])
+        s = systems[k]
+        r, where = evals[k]
+        j = where[row]
+        f = lambda name: float(r[name][j])  # noqa: E731
+        plan = s.space.plan(row)
+        out.append(FrontPoint(
+            gpu=s.name, num_gpus=plan.num_gpus, nodes=plan.num_gpus / s.cluster.node.gpus_per_node, plan=plan,
+            grad_accum=plan.grad_accum, step_time_s=f("step_s"), tokens_per_s=f("tokens_per_s"),
+            tokens_per_s_per_gpu=f("tokens_per_s_per_gpu"), mfu=f("mfu"), memory_gib=f("memory_peak_gib"),
+            memory_usable_gib=f("memory_usable_gib"), comm_ratio=f("comm_ratio"), days=f("days"),
+            gpu_hours=f("gpu_hours"), cost_usd=f("cost_usd"), energy_kwh=f("energy_kwh"), power_kw=f("power_kw"),
+            scaling_efficiency=f("tokens_per_s_per_gpu") / ref[k], bottleneck=str(r["bottleneck"][j]),
+            binding=[b for b in ("memory", "comm_ratio") if bind[b][int(table.group[i])] < float(table.days[i])],
+        ))
+    return out

@@ -1,0 +1,294 @@
+"""The candidate plans of a search, enumerated with numpy as :class:`PlanArrays` columns.
+
+One call of :func:`enumerate_space` gives every plan of one model on one system for a set of
+GPU counts, global batches and one sequence length that passes every rule of
+:class:`planner.plan.Plan` and :meth:`Plan.check_against` (the tests check that the plans
+rebuilt by :meth:`Space.plan` validate and give back the same row), within the user's
+:class:`planner.request.Knobs` bounds:
+
+- ``tp`` divides the heads and the ffn width, tp and the kv heads divide one another, and the
+  tp group stays inside the NVLink domain (tp divides the domain size) unless cross-node tp is
+  allowed (then tp may also be a multiple of the domain size);
+- ``pp`` divides the layers, or, when it does not and ``pp > 2``, splits them as Megatron's
+  uneven first/last stages do (the rule of :mod:`planner.calibration`): middle stages take
+  ``ceil(l/p)`` layers and the first and last share the rest equally (skipped when the rest is
+  odd or below 2);
+- ``cp`` powers of two with ``seq_len % (2 cp) == 0`` (FlashAttention is always on);
+- ``dp = N / (tp pp cp)`` an integer, ``global_batch % (dp * micro_batch) == 0``;
+- ``vpp`` 1, or a divisor of the layers per (middle) stage with ``pp > 1``, ``pp vpp <= l`` and
+  the micro-batches per step a multiple of ``pp``;
+- ``micro_batch`` powers of two (or the user's values);
+- ZeRO 0-3 (above 0 only with dp > 1: one replica has nothing to shard, the plans would be
+  the same execution);
+- recomputation none / selective / full (every layer) / partial (full on ``k`` layers per stage,
+  ``1 <= k <`` the largest stage; duplicates of another ``k`` dropped);
+- sequence parallelism on when tp > 1 (both settings if asked), precision from the request,
+  FlashAttention, fp32 gradient accumulation and every overlap on.
+
+The enumeration crosses small arrays stage by stage (layouts, then micro-batches, virtual
+stages, ZeRO, recomputation, sequence parallelism), masking after each cross, so no Plan object
+is built; :meth:`Space.plan` turns row ``i`` back into a :class:`Plan`. Row order is fixed by
+the construction (global batch, tp, cp, pp, dp, micro-batch, vpp, ZeRO, recomputation, SP, in
+that nesting), which is the stable order every tie is broken by.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from hardware.spec import ClusterSpec
+from models.io import InputError
+from models.spec import ModelSpec
+
+from .arrays import PlanArrays
+from .plan import PRECISION_CODES, Plan
+from .request import Knobs
+
+RC_NONE, RC_SELECTIVE, RC_FULL, RC_PARTIAL = 0, 1, 2, 3
+RC_NAMES = ("none", "selective", "full", "full")
+#: Default partial-recomputation depths: these fractions of the largest stage, rounded up.
+PARTIAL_FRACTIONS = (0.25, 0.5, 0.75)
+
+_BOOL_FIELDS = ("sp", "fa", "fp32_grads", "ovl_grad", "ovl_param", "ovl_tp")
+
+
+@dataclass(frozen=True)
+class Space:
+    """Candidates of one (model, system): the plan columns plus what a :class:`Plan` needs back."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    x: PlanArrays
+    rc_kind: np.ndarray  # RC_* per row (partial vs full is not in PlanArrays' recompute code)
+    uneven: np.ndarray  # first/last stage layers given explicitly
+    precision: str
+    overlap_tp_comm: bool
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def take(self, idx) -> "Space":
+        return Space(self.model, self.cluster, self.x.take(idx), self.rc_kind[idx], self.uneven[idx],
+                     self.precision, self.overlap_tp_comm)
+
+    def plan(self, i: int) -> Plan:
+        """Row ``i`` as a validated :class:`Plan`."""
+        x = self.x
+        g = lambda col: int(getattr(x, col)[i])  # noqa: E731
+        kind = int(self.rc_kind[i])
+        kw = {}
+        if bool(self.uneven[i]):
+            kw = dict(first_stage_layers=g("first"), last_stage_layers=g("last"))
+        return Plan(
+            num_gpus=g("num_gpus"), tp=g("tp"), pp=g("pp"), dp=g("dp"), cp=g("cp"), vpp=g("vpp"),
+            zero=g("zero"), micro_batch=g("mb"), global_batch=g("gb"), seq_len=g("seq"),
+            recompute=RC_NAMES[kind], recompute_layers=g("rc_layers") if kind == RC_PARTIAL else None,
+            sequence_parallel=bool(x.sp[i]), flash_attention=bool(x.fa[i]), precision=self.precision,
+            fp32_grads=bool(x.fp32_grads[i]), overlap_grad_reduce=bool(x.ovl_grad[i]),
+            overlap_param_gather=bool(x.ovl_param[i]), overlap_tp_comm=bool(x.ovl_tp[i]), **kw,
+        )
+
+
+# ------------------------------------------------------------------ knob domains
+def _divisors(n: int) -> np.ndarray:
+    n = int(n)
+    small = np.arange(1, int(np.sqrt(n)) + 1)
+    small = small[n % small == 0]
+    return np.unique(np.concatenate([small, n // small]))
+
+
+def tp_domain(model: ModelSpec, cluster: ClusterSpec, knobs: Knobs) -> np.ndarray:
+    """Tensor-parallel degrees allowed by the model's shape, the NVLink domain and the bounds."""
+    dom = cluster.node.intra_domain_size
+    cand = np.asarray(knobs.tp, dtype=np.int64) if knobs.tp else _divisors(model.num_heads)
+    a, g, f = model.num_heads, model.num_kv_heads, model.ffn_hidden_size or 0
+    ok = (a % cand == 0) & ((g % cand == 0) | (cand % g == 0)) & (f % cand == 0)
+    inside = dom % cand == 0
+    across = (cand % dom == 0) if knobs.allow_cross_node_tp else np.zeros_like(ok)
+    out = cand[ok & (inside | across)]
+    if knobs.tp and out.size == 0:
+        raise InputError(
+            f"tp: none of {list(knobs.tp)} divides num_heads {a} and ffn_hidden_size {f} with kv heads {g} "
+            f"and fits the {dom}-GPU NVLink domain of {cluster.name}"
+            + ("" if knobs.allow_cross_node_tp else " (allow_cross_node_tp lifts the domain rule)")
+        )
+    return out
+
+
+def pp_domain(model: ModelSpec, knobs: Knobs):
+    """(pp, first, mid, last, uneven) arrays of the allowed pipeline splits."""
+    l = model.num_layers
+    cand = np.asarray(knobs.pp, dtype=np.int64) if knobs.pp else np.arange(1, l + 1, dtype=np.int64)
+    cand = cand[cand <= l]
+    even = l % cand == 0
+    mid_u = -(-l // cand)
+    edge = l - (cand - 2) * mid_u
+    uneven_ok = (~even) & (cand > 2) & (edge > 1) & (edge % 2 == 0)
+    keep = even | uneven_ok
+    p = cand[keep]
+    uneven = uneven_ok[keep]
+    mid = np.where(uneven, mid_u[keep], l // p)
+    first = np.where(uneven, edge[keep] // 2, np.where(p == 1, l, l // p))
+    mid = np.where(p == 1, l, mid)
+    if knobs.pp and p.size == 0:
+        raise InputError(
+            f"pp: none of {list(knobs.pp)} divides num_layers {l} or splits it unevenly "
+            "(middle stages ceil(l/pp) layers, first and last sharing an even rest)"
+        )
+    return p, first, mid, first.copy(), uneven
+
+
+def cp_domain(seq_len: int, knobs: Knobs) -> np.ndarray:
+    if knobs.cp:
+        cand = np.asarray(knobs.cp, dtype=np.int64)
+    else:
+        cand = 2 ** np.arange(0, int(np.log2(knobs.max_cp)) + 1, dtype=np.int64)
+    out = cand[(cand == 1) | (seq_len % (2 * cand) == 0)]
+    if knobs.cp and out.size == 0:
+        raise InputError(f"cp: none of {list(knobs.cp)} is 1 or divides seq_len/2 ({seq_len}/2)")
+    return out
+
+
+def micro_batch_domain(knobs: Knobs, max_gb: int) -> np.ndarray:
+    if knobs.micro_batch:
+        return np.asarray(knobs.micro_batch, dtype=np.int64)
+    top = min(knobs.max_micro_batch, max_gb)
+    return 2 ** np.arange(0, int(np.log2(top)) + 1, dtype=np.int64)
+
+
+def vpp_domain(knobs: Knobs, num_layers: int) -> np.ndarray:
+    if knobs.vpp:
+        return np.asarray(knobs.vpp, dtype=np.int64)
+    return np.arange(1, min(knobs.max_vpp, num_layers) + 1, dtype=np.int64)
+
+
+# ------------------------------------------------------------------ enumeration
+def _pairs(ok: np.ndarray):
+    """Row and column indices of the true cells of a 2-D mask, row-major (rows outer)."""
+    r, c = np.nonzero(ok)
+    return r, c
+
+
+def _recompute_choices(knobs: Knobs):
+    """(kind, k) choices; a negative k is a fraction of the largest stage."""
+    choices: list[tuple[int, float]] = []
+    for r in knobs.recompute:
+        if r == "partial":
+            if knobs.recompute_layers:
+                choices += [(RC_PARTIAL, float(k)) for k in knobs.recompute_layers]
+            else:
+                choices += [(RC_PARTIAL, -f) for f in PARTIAL_FRACTIONS]
+        else:
+            choices.append(({"none": RC_NONE, "selective": RC_SELECTIVE, "full": RC_FULL}[r], 0.0))
+    return choices
+
+
+def _recompute_table(choices, F, M, La, num_layers):
+    """Per pipeline split (rows) and recompute choice (columns): is it a distinct valid plan,
+    and its ``rc_layers`` column value."""
+    L = np.maximum(np.maximum(F, M), La)[:, None]
+    kind = np.array([c[0] for c in choices], dtype=np.int64)[None, :]
+    spec = np.array([c[1] for c in choices])[None, :]
+    k = np.where(spec < 0, np.ceil(-spec * L), spec).astype(np.int64)
+    partial = kind == RC_PARTIAL
+    ok = ~partial | ((k >= 1) & (k < L))
+    # two partial choices with the same k are the same plan: keep the first
+    for j in range(len(choices)):
+        for i in range(j):
+            if choices[i][0] == RC_PARTIAL and choices[j][0] == RC_PARTIAL:
+                ok[:, j] &= k[:, i] != k[:, j]
+    rc_layers = np.where(kind == RC_FULL, num_layers, np.where(partial, k, 0))
+    return ok, np.broadcast_to(rc_layers, ok.shape), np.broadcast_to(kind, ok.shape)
+
+
+def enumerate_space(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    gpu_counts: Sequence[int],
+    global_batches: Sequence[int],
+    seq_len: int,
+    knobs: Knobs | None = None,
+    precision: str = "bf16",
+    overlap_tp_comm: bool = True,
+    max_candidates: int = 20_000_000,
+) -> Space:
+    """Every valid candidate (see the module docstring) as one :class:`Space`."""
+    knobs = knobs or Knobs()
+    if model.is_moe:
+        raise InputError(
+            f"model: {model.name} is a mixture of experts; its parameters and FLOPs are counted "
+            "(plan-catalog), but the expert-parallel cost model is not implemented yet"
+        )
+    if precision == "fp8" and "fp8" not in cluster.gpu.peak_tflops:
+        raise InputError(f"precision: {cluster.gpu.name} has no FP8 tensor cores; use bf16 or a GPU with fp8")
+    l = model.num_layers
+    counts = np.unique(np.asarray(list(gpu_counts), dtype=np.int64))
+    T = tp_domain(model, cluster, knobs)
+    C = cp_domain(seq_len, knobs)
+    P, F, M, La, U = pp_domain(model, knobs)
+    MB = micro_batch_domain(knobs, max(global_batches))
+    V = vpp_domain(knobs, l)
+
+    # 1. layouts (gb, tp, cp, pp, dp) whose product is a requested GPU count
+    parts = []
+    for gb in sorted(set(int(g) for g in global_batches)):
+        D = _divisors(gb)
+        t, c, pi, d = (a.ravel() for a in np.meshgrid(T, C, np.arange(len(P)), D, indexing="ij"))
+        n = t * c * P[pi] * d
+        keep = np.isin(n, counts)
+        parts.append((np.full(int(keep.sum()), gb, dtype=np.int64), t[keep], c[keep], pi[keep], d[keep], n[keep]))
+    gb1, tp1, cp1, pi1, dp1, n1 = (np.concatenate([p[j] for p in parts]) for j in range(6))
+    # 2. micro-batch: dp * mb divides the global batch
+    r2, j2 = _pairs(gb1[:, None] % (dp1[:, None] * MB[None, :]) == 0)
+    mb2 = MB[j2]
+    m2 = gb1[r2] // (dp1[r2] * mb2)
+    p2, mid2 = P[pi1[r2]], M[pi1[r2]]
+    # 3. virtual stages
+    v = V[None, :]
+    ok3 = (v == 1) | ((p2[:, None] > 1) & (mid2[:, None] % v == 0) & (m2[:, None] % p2[:, None] == 0)
+                      & (p2[:, None] * v <= l))
+    r3, j3 = _pairs(ok3)
+    lay3 = r2[r3]  # layout row of each stage-3 row
+    mb3, v3 = mb2[r3], V[j3]
+    # 4-6. ZeRO x recomputation x sequence parallelism, masked together
+    Z = np.asarray(knobs.zero, dtype=np.int64)
+    choices = _recompute_choices(knobs)
+    rc_ok, rc_layers_t, rc_kind_t = _recompute_table(choices, F, M, La, l)
+    S = np.asarray(knobs.sequence_parallel, dtype=bool)
+    zi, ri, si = (a.ravel() for a in np.meshgrid(np.arange(len(Z)), np.arange(len(choices)),
+                                                 np.arange(len(S)), indexing="ij"))
+    dp3, tp3, pi3 = dp1[lay3], tp1[lay3], pi1[lay3]
+    ok = ((dp3[:, None] > 1) | (Z[zi] == Z.min())[None, :])  # one replica: ZeRO shards nothing
+    ok &= rc_ok[pi3][:, ri]
+    ok &= (tp3[:, None] > 1) | (si == 0)[None, :]  # SP off by itself at tp 1: keep one
+    r, combo = _pairs(ok)
+    n = len(r)
+    if n > max_candidates:
+        raise InputError(
+            f"search: {n:,} candidates exceed max_candidates {max_candidates:,}; bound some knobs "
+            "(--tp, --pp, --micro-batch ...) or fewer GPU counts"
+        )
+    lay = lay3[r]
+    pi = pi1[lay]
+    tp = tp1[lay]
+    z, rci, spi = zi[combo], ri[combo], si[combo]
+    kind = rc_kind_t[pi, rci]
+    ones = np.ones(n, dtype=bool)
+    c64 = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
+    x = PlanArrays(
+        num_gpus=c64(n1[lay]), tp=c64(tp), pp=c64(P[pi]), dp=c64(dp1[lay]), cp=c64(cp1[lay]),
+        vpp=c64(v3[r]), zero=c64(Z[z]), mb=c64(mb3[r]), gb=c64(gb1[lay]),
+        seq=np.full(n, seq_len, dtype=np.int64), recompute=c64(np.minimum(kind, RC_FULL)),
+        rc_layers=c64(rc_layers_t[pi, rci]), sp=S[spi] & (tp > 1), fa=ones.copy(),
+        fp8=np.full(n, PRECISION_CODES[precision], dtype=np.int64), fp32_grads=ones.copy(),
+        ovl_grad=ones.copy(), ovl_param=ones.copy(), ovl_tp=np.full(n, bool(overlap_tp_comm)),
+        first=c64(F[pi]), mid=c64(M[pi]), last=c64(La[pi]),
+    )
+    return Space(model, cluster, x, kind.astype(np.int8), U[pi].astype(bool), precision, bool(overlap_tp_comm))
+
+
+def empty_like(space: Space) -> Space:
+    return space.take(np.zeros(0, dtype=np.int64))
