@@ -138,7 +138,7 @@ def _rows(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "
 
 def _efficiency_lines(e) -> list[str]:
     terms = (
-        f"gemm max {e.gemm_eff_max:.3g} (dim scale {e.gemm_dim_scale:.4g}), attention {e.attention_eff:.3g}, "
+        f"gemm max {e.gemm_eff_max:.3g} (dim scale {e.gemm_dim_scale:.4g}), attention {e.attention_eff:.3g} (unfused {e.bmm_attention_eff:.3g}), "
         f"fp8/bf16 {e.fp8_gemm_eff_ratio:.3g}, HBM {e.hbm_eff:.3g}, bus bw intra {e.intra_bw_eff:.3g} "
         f"inter {e.inter_bw_eff:.3g}, zero3 {e.zero3_bw_eff:.3g}; overlap dp {e.dp_overlap:.3g} "
         f"tp {e.tp_overlap:.3g} pp {e.pp_overlap:.3g} cp {e.cp_overlap:.3g}; step overhead "

@@ -109,8 +109,13 @@ class EfficiencySpec(_Frozen):
       FP8 as in BF16 (8192^3 E4M3 GEMM on H100 SXM: 1609 TFLOP/s = 81% of 1979; cuBLASLt FP8
       cross-check report, 2026-05-24, gitea.d-robotics.cc test_gpu_scripts); the casts and
       transposes FP8 adds are priced as memory-bound work (``planner.compute.fp8_cast_bytes``).
-    - ``attention_eff``: fraction of peak reached by the attention products (FlashAttention, or
-      batched GEMMs of width ``head_dim`` without it).
+    - ``attention_eff``: fraction of the bf16 peak FlashAttention kernels reach on the attention
+      products. Default 0.33, a cited prior, not fitted: FlashAttention-2 forward, causal, head
+      dim 128, seq 8K on H100 SXM5 runs at 333 TFLOP/s (Shah et al. 2024, FlashAttention-3,
+      Fig. "Attention forward speed, head dim 128"). A100: FlashAttention-2 reaches 50-73% of
+      peak (Dao 2023, FlashAttention-2, abstract).
+    - ``bmm_attention_eff``: the same for unfused attention (batched GEMMs of width ``head_dim``
+      with a materialised softmax, the pre-FlashAttention Megatron-LM path); fitted.
     - ``hbm_eff``: achievable fraction of HBM bandwidth for memory-bound kernels.
     - ``intra_bw_eff`` / ``inter_bw_eff``: NCCL bus bandwidth as a fraction of the link peak.
     - ``zero3_bw_eff``: fraction of that bus bandwidth reached by ZeRO-3 / FSDP parameter
@@ -124,7 +129,8 @@ class EfficiencySpec(_Frozen):
     gemm_eff_max: float = Field(default=0.80, gt=0, le=1)
     gemm_dim_scale: float = Field(default=600.0, gt=0, le=1e6)
     fp8_gemm_eff_ratio: float = Field(default=1.0, gt=0, le=1)
-    attention_eff: float = Field(default=0.45, gt=0, le=1)
+    attention_eff: float = Field(default=0.33, gt=0, le=1)
+    bmm_attention_eff: float = Field(default=0.45, gt=0, le=1)
     hbm_eff: float = Field(default=0.80, gt=0, le=1)
     intra_bw_eff: float = Field(default=0.75, gt=0, le=1)
     inter_bw_eff: float = Field(default=0.75, gt=0, le=1)

@@ -76,7 +76,8 @@ def attention_fwd_flops(model: ModelSpec, x: PlanArrays):
 
 
 def attention_fwd_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
-    rate = cluster.gpu.peak("bf16") * 1e12 * cluster.efficiency.attention_eff
+    e = cluster.efficiency
+    rate = cluster.gpu.peak("bf16") * 1e12 * np.where(x.fa, e.attention_eff, e.bmm_attention_eff)
     return attention_fwd_flops(model, x) / rate
 
 
