@@ -128,7 +128,8 @@ class SearchRequest(_Doc):
     deadline_days: float | None = Field(default=None, gt=0)
     budget_usd: float | None = Field(default=None, gt=0)
     max_power_kw: float | None = Field(default=None, gt=0)
-    memory_headroom: float = Field(default=0.0, ge=0.0, lt=1.0, description="fraction of GPU memory kept free")
+    memory_headroom: float = Field(default=0.1, ge=0.0, lt=1.0,
+                                   description="fraction of GPU memory kept free (plan-estimate's default)")
     max_comm_ratio: float | None = Field(default=None, gt=0.0, le=1.0,
                                          description="max exposed communication / step time")
     knobs: Knobs = Field(default_factory=Knobs)
