@@ -293,6 +293,11 @@ def format_csv(res) -> str:
 @click.option("--sequence-parallel", type=click.Choice(["on", "off", "both"]), default=None,
               help="sequence parallelism when tp > 1 [default: on]")
 @click.option("--allow-cross-node-tp", is_flag=True, default=False, help="let tp groups span NVLink domains")
+@click.option("--max-cp", type=int, default=None, help="default cp domain cap [default: seq_len/1024]")
+@click.option("--max-vpp", type=int, default=None, help="default vpp domain cap [default: none]")
+@click.option("--max-micro-batch", type=int, default=None, help="default micro-batch cap [default: 8]")
+@click.option("--bf16-grads", is_flag=True, default=False, help="half-precision gradient reduction (default fp32)")
+@click.option("--no-overlap-tp-comm", is_flag=True, default=False, help="no TP communication overlap")
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), default=None, help="GEMM precision")
 @click.option("--objective", type=click.Choice(["fastest", "cheapest", "fewest-gpus", "least-energy", "best-mfu"]),
               default=None, help="what the recommended plan optimises [default: fastest]")
@@ -308,7 +313,8 @@ def format_csv(res) -> str:
 @guarded
 def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, global_batch, seq_len, tokens,
          deadline_days, budget_usd, max_power_kw, memory_headroom, max_comm_ratio, tp, pp, cp, vpp, micro_batch,
-         zero, recompute, recompute_layers, sequence_parallel, allow_cross_node_tp, precision, objective, solver,
+         zero, recompute, recompute_layers, sequence_parallel, allow_cross_node_tp, max_cp, max_vpp,
+         max_micro_batch, bf16_grads, no_overlap_tp_comm, precision, objective, solver,
          time_limit, workers, seed, sets, fmt, schema) -> None:
     """Search parallel plans (tp, pp, dp, cp, vpp, micro-batch, ZeRO, recomputation, SP) and GPU
     counts for the Pareto front of GPU count, training days and dollars, under memory,
@@ -367,6 +373,13 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
         knobs["sequence_parallel"] = {"on": [True], "off": [False], "both": [True, False]}[sequence_parallel]
     if allow_cross_node_tp:
         knobs["allow_cross_node_tp"] = True
+    for key, val in (("max_cp", max_cp), ("max_vpp", max_vpp), ("max_micro_batch", max_micro_batch)):
+        if val is not None:
+            knobs[key] = val
+    if bf16_grads:
+        data["fp32_grads"] = False
+    if no_overlap_tp_comm:
+        data["overlap_tp_comm"] = False
     data["knobs"] = Knobs(**knobs)
     if sets:
         data["sets"] = list(data.get("sets") or []) + list(sets)

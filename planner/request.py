@@ -24,6 +24,9 @@ Objective = Literal["fastest", "cheapest", "fewest-gpus", "least-energy", "best-
 OBJECTIVES: tuple[str, ...] = ("fastest", "cheapest", "fewest-gpus", "least-energy", "best-mfu")
 RecomputeChoice = Literal["none", "selective", "full", "partial"]
 
+#: Default cp domain: every rank keeps at least this many tokens of the sequence.
+MIN_CP_TOKENS = 1024
+
 #: Default training tokens when the request gives none: GPT-3's 300B (Brown et al. 2020).
 DEFAULT_TOKENS = 300e9
 
@@ -51,10 +54,12 @@ class Knobs(_Doc):
       of the domain size too, up to the head count);
     - ``pp``: every stage count that divides the layers, and those that do not but split
       unevenly Megatron's way (middle stages ``ceil(l/p)`` layers, first and last share the rest);
-    - ``cp``: powers of two up to ``max_cp`` dividing ``seq_len/2`` (context parallelism needs
-      FlashAttention, which is always on);
-    - ``vpp``: 1 and every divisor of the layers per (middle) stage, up to ``max_vpp``, when the
-      micro-batches per step are a multiple of ``pp``;
+    - ``cp``: powers of two dividing ``seq_len/2`` (context parallelism needs FlashAttention,
+      which is always on), up to ``max_cp``; by default while every rank keeps at least
+      :data:`MIN_CP_TOKENS` tokens of the sequence (``seq_len / cp >= 1024``: 2 at 2k, 8 at 8k,
+      128 at 128k) — a domain choice, not a proof: shorter ring chunks only add latency;
+    - ``vpp``: 1 and every divisor of the layers per (middle) stage (up to ``max_vpp`` if set),
+      when the micro-batches per step are a multiple of ``pp``;
     - ``micro_batch``: powers of two dividing ``global_batch/dp``, up to ``max_micro_batch``;
     - ``zero`` 0-3 (stages above 0 only when dp > 1: with one replica they shard nothing);
     - ``recompute``: none, selective, full, and ``partial`` (full on ``k`` layers per stage for
@@ -72,8 +77,9 @@ class Knobs(_Doc):
     recompute_layers: list[int] | None = None
     sequence_parallel: list[bool] = Field(default_factory=lambda: [True])
     allow_cross_node_tp: bool = False
-    max_cp: int = Field(default=8, ge=1, le=1_000_000, description="default cp domain: powers of two up to this")
-    max_vpp: int = Field(default=8, ge=1, le=1_000, description="default vpp domain: divisors up to this")
+    max_cp: int | None = Field(default=None, ge=1, le=1_000_000,
+                               description="default cp domain: powers of two up to this (default seq_len/1024)")
+    max_vpp: int | None = Field(default=None, ge=1, le=100_000, description="default vpp domain: divisors up to this")
     max_micro_batch: int = Field(default=8, ge=1, le=1_000_000, description="default micro-batch domain cap")
 
     @field_validator("tp", "pp", "cp", "vpp", "micro_batch", "recompute_layers")
@@ -135,6 +141,7 @@ class SearchRequest(_Doc):
     knobs: Knobs = Field(default_factory=Knobs)
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
     overlap_tp_comm: bool = Field(default=True, description="TP communication overlap (TE userbuffers)")
+    fp32_grads: bool = Field(default=True, description="fp32 gradient accumulation and reduction (Megatron)")
     checkpoint_interval_h: float = Field(default=1.0, gt=0, le=1e6)
     objective: Objective = "fastest"
     solver: Literal["cpsat", "exhaustive"] = "cpsat"

@@ -21,7 +21,8 @@ Pipeline (one copy of every formula: candidates are priced only by
    (count, days, dollars): the least energy, the highest MFU. Constraints are applied before
    this step, so a kept candidate is never replaced by one that breaks a limit. Nothing is
    pruned across groups: that is the solver's job. What is *not* exact is the space itself:
-   its default domains (``Knobs``: cp, vpp and micro-batch caps) bound what is searched.
+   its default domains (``Knobs``: micro-batch up to 8, cp while ``seq_len/cp >= 1024``)
+   bound what is searched; ``--micro-batch``/``--cp``/``--max-*`` widen them.
 5. **Solve** with CP-SAT (:func:`build_model`): one Boolean per surviving candidate, exactly
    one chosen; the limits (deadline, budget, power cap, GPU-count and node bounds) stated again
    on the chosen candidate, each as one named clause forbidding the candidates over it (with
@@ -106,8 +107,9 @@ OBJECTIVE_TEXT = {
 
 
 # ------------------------------------------------------------------ inputs
-def resolve_inputs(request: SearchRequest) -> tuple[ModelSpec, list[ClusterSpec], list[int], int]:
-    model = resolve_model(request.model)
+def resolve_inputs(request: SearchRequest, model: ModelSpec | None = None
+                   ) -> tuple[ModelSpec, list[ClusterSpec], list[int], int]:
+    model = model or resolve_model(request.model)
     clusters = []
     for ref in request.gpu:
         c = resolve_cluster(ref, request.sets)
@@ -179,7 +181,7 @@ def _concat_spaces(spaces: list[Space]) -> Space:
 
 def _enumerate(model, cluster, counts, gbs, seq, request, knobs=None) -> Space:
     return enumerate_space(model, cluster, counts, gbs, seq, knobs or request.knobs, request.precision,
-                           request.overlap_tp_comm, request.max_candidates)
+                           request.overlap_tp_comm, request.max_candidates, request.fp32_grads)
 
 
 def masks(sys_cols: dict, x: PlanArrays, request: SearchRequest, lo: int, hi: int | None) -> dict:
@@ -695,12 +697,15 @@ def evaluate_one_bottleneck(s: System, row: int, request) -> str:
     return str(r["bottleneck"][0])
 
 
-def search(request: SearchRequest | dict) -> SearchResult:
-    """Search the plans of ``request``; raises :class:`NoFeasiblePlan` when nothing qualifies."""
+def search(request: SearchRequest | dict, *, model: ModelSpec | None = None) -> SearchResult:
+    """Search the plans of ``request``; raises :class:`NoFeasiblePlan` when nothing qualifies.
+
+    ``model`` (optional) is a spec to use instead of resolving ``request.model`` (which then
+    only labels the run), for callers that hold a spec rather than a name or file."""
     t0 = time.perf_counter()
     req = request if isinstance(request, SearchRequest) else SearchRequest.model_validate(request)
     deadline = t0 + req.time_limit_s
-    model, clusters, gbs, seq = resolve_inputs(req)
+    model, clusters, gbs, seq = resolve_inputs(req, model)
     systems: list[System] = []
     t_enum = t_eval = 0.0
     for k, c in enumerate(clusters):

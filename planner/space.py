@@ -22,8 +22,8 @@ rebuilt by :meth:`Space.plan` validate and give back the same row), within the u
   the same execution);
 - recomputation none / selective / full (every layer) / partial (full on ``k`` layers per stage,
   ``1 <= k <`` the largest stage; duplicates of another ``k`` dropped);
-- sequence parallelism on when tp > 1 (both settings if asked), precision from the request,
-  FlashAttention, fp32 gradient accumulation and every overlap on.
+- sequence parallelism on when tp > 1 (both settings if asked), precision and fp32 gradient
+  accumulation from the request, FlashAttention and every overlap on.
 
 The enumeration crosses small arrays stage by stage (layouts, then micro-batches, virtual
 stages, ZeRO, recomputation, sequence parallelism), masking after each cross, so no Plan object
@@ -45,7 +45,7 @@ from models.spec import ModelSpec
 
 from .arrays import PlanArrays
 from .plan import PRECISION_CODES, Plan
-from .request import Knobs
+from .request import MIN_CP_TOKENS, Knobs
 
 RC_NONE, RC_SELECTIVE, RC_FULL, RC_PARTIAL = 0, 1, 2, 3
 RC_NAMES = ("none", "selective", "full", "full")
@@ -145,7 +145,8 @@ def cp_domain(seq_len: int, knobs: Knobs) -> np.ndarray:
     if knobs.cp:
         cand = np.asarray(knobs.cp, dtype=np.int64)
     else:
-        cand = 2 ** np.arange(0, int(np.log2(knobs.max_cp)) + 1, dtype=np.int64)
+        top = knobs.max_cp or max(1, seq_len // MIN_CP_TOKENS)
+        cand = 2 ** np.arange(0, int(np.log2(top)) + 1, dtype=np.int64)
     out = cand[(cand == 1) | (seq_len % (2 * cand) == 0)]
     if knobs.cp and out.size == 0:
         raise InputError(f"cp: none of {list(knobs.cp)} is 1 or divides seq_len/2 ({seq_len}/2)")
@@ -162,7 +163,7 @@ def micro_batch_domain(knobs: Knobs, max_gb: int) -> np.ndarray:
 def vpp_domain(knobs: Knobs, num_layers: int) -> np.ndarray:
     if knobs.vpp:
         return np.asarray(knobs.vpp, dtype=np.int64)
-    return np.arange(1, min(knobs.max_vpp, num_layers) + 1, dtype=np.int64)
+    return np.arange(1, min(knobs.max_vpp or num_layers, num_layers) + 1, dtype=np.int64)
 
 
 # ------------------------------------------------------------------ enumeration
@@ -214,6 +215,7 @@ def enumerate_space(
     precision: str = "bf16",
     overlap_tp_comm: bool = True,
     max_candidates: int = 20_000_000,
+    fp32_grads: bool = True,
 ) -> Space:
     """Every valid candidate (see the module docstring) as one :class:`Space`."""
     knobs = knobs or Knobs()
@@ -283,7 +285,7 @@ def enumerate_space(
         vpp=c64(v3[r]), zero=c64(Z[z]), mb=c64(mb3[r]), gb=c64(gb1[lay]),
         seq=np.full(n, seq_len, dtype=np.int64), recompute=c64(np.minimum(kind, RC_FULL)),
         rc_layers=c64(rc_layers_t[pi, rci]), sp=S[spi] & (tp > 1), fa=ones.copy(),
-        fp8=np.full(n, PRECISION_CODES[precision], dtype=np.int64), fp32_grads=ones.copy(),
+        fp8=np.full(n, PRECISION_CODES[precision], dtype=np.int64), fp32_grads=np.full(n, bool(fp32_grads)),
         ovl_grad=ones.copy(), ovl_param=ones.copy(), ovl_tp=np.full(n, bool(overlap_tp_comm)),
         first=c64(F[pi]), mid=c64(M[pi]), last=c64(La[pi]),
     )

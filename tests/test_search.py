@@ -76,7 +76,8 @@ def _brute_force(model, cluster, counts, gb, seq, knobs: Knobs):
     l = model.num_layers
     out = set()
     dom = cluster.node.intra_domain_size
-    for n, tp, pp, cp in product(counts, range(1, 9), range(1, l + 1), (1, 2, 4, 8)):
+    cps = [c for c in (1, 2, 4, 8, 16) if c <= max(1, seq // 1024)]
+    for n, tp, pp, cp in product(counts, range(1, 9), range(1, l + 1), cps):
         if n % (tp * pp * cp) or dom % tp or (cp > 1 and seq % (2 * cp)):
             continue
         dp = n // (tp * pp * cp)
@@ -87,7 +88,7 @@ def _brute_force(model, cluster, counts, gb, seq, knobs: Knobs):
             if edge <= 1 or edge % 2:
                 continue
             split = dict(first_stage_layers=edge // 2, last_stage_layers=edge // 2)
-        for mb, vpp in product((1, 2, 4, 8), range(1, 9)):
+        for mb, vpp in product((1, 2, 4, 8), range(1, l + 1)):
             if gb % (dp * mb):
                 continue
             for zero in ((0, 1, 2, 3) if dp > 1 else (0,)):
@@ -116,7 +117,7 @@ def _brute_force(model, cluster, counts, gb, seq, knobs: Knobs):
 
 def test_space_is_complete_against_plan_validation():
     c = get_cluster("a100-80gb")
-    counts, gb, seq = [8, 12, 16, 24], 48, 1024
+    counts, gb, seq = [8, 12, 16, 24], 48, 4096
     sp = enumerate_space(TINY, c, counts, [gb], seq, Knobs())
     got = [sp.plan(i) for i in range(len(sp))]
     assert len(set(got)) == len(got), "duplicate candidates"

@@ -1,0 +1,159 @@
+"""Speed of plan-search (issue 4): the GPT-3 175B front on A100-80GB over every multiple of 8
+GPUs up to 16,384, full default space.
+
+    python bench/search_speed.py              # main figures + growth tables
+    python bench/search_speed.py --runs 7     # more repetitions (medians)
+    python bench/search_speed.py --published  # + best plan found vs each published plan
+
+Prints the median of several runs of (a) the CLI end to end (a subprocess: interpreter start,
+imports, catalogs, search, JSON output), (b) :func:`planner.search.search` in-process (warm;
+the first, cold call is printed apart), (c) the exhaustive oracle on the same space, with the
+phase times; then how the search time grows with the GPU range, the number of GPU types and the
+model depth (megatron-gpt-1t). Targets (issue 4, 2-core machine): CLI <= 2 s, search <= 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from planner.request import NoFeasiblePlan, SearchRequest  # noqa: E402
+from planner.search import search  # noqa: E402
+
+MAIN = dict(model="gpt3-175b", gpu=["a100-80gb"], max_gpus=16384)
+CLI_ARGS = ["--model", "gpt3-175b", "--gpu", "a100", "--max-gpus", "16384", "--format", "json"]
+
+
+def _median_time(fn, runs: int) -> tuple[float, object]:
+    times, out = [], None
+    for _ in range(runs):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), out
+
+
+def _cli_cmd() -> list[str]:
+    exe = shutil.which("plan-search", path=str(Path(sys.executable).parent)) or shutil.which("plan-search")
+    return [exe] if exe else [sys.executable, "-c", "from cli.search import main; main()"]
+
+
+def cli_time(runs: int) -> float:
+    cmd = _cli_cmd() + CLI_ARGS
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def row(label: str, req: dict, runs: int, exhaustive: bool = True) -> None:
+    r = SearchRequest(**req)
+    t_cp, res = _median_time(lambda: search(r), runs)
+    t_ex = _median_time(lambda: search(r.model_copy(update={"solver": "exhaustive"})), max(1, runs // 2))[0] \
+        if exhaustive else float("nan")
+    st = res.stats
+    print(f"{label:<28} {st.candidates:>10,} {st.feasible:>9,} {st.solver_candidates:>6,} {st.solves:>6} "
+          f"{len(res.front):>5} {st.evaluate_s:>6.2f} {st.solve_s:>6.3f} {t_cp:>7.2f} {t_ex:>7.2f}")
+
+
+def header(title: str) -> None:
+    print(f"\n{title}")
+    print(f"{'':<28} {'candidates':>10} {'feasible':>9} {'cp-sat':>6} {'solves':>6} {'front':>5} "
+          f"{'eval s':>6} {'solve s':>6} {'search':>7} {'exhaus.':>7}")
+
+
+def published(runs_path: str | None = None) -> None:
+    """Best plan the search finds at each published run's GPU count, batch and sequence length,
+    against the published plan (as the calibration reads it), both priced by the cost model."""
+    from hardware.catalog import get_cluster
+    from planner.calibration import load_runs, predict
+
+    print("\npublished runs: the published plan vs the best plan found at its GPU count/batch/seq")
+    print(f"{'run':<34} {'published plan':<24} {'step s':>7} {'found plan':<24} {'step s':>7} ok")
+    n = worse = 0
+    for rec in load_runs(runs_path):
+        c = get_cluster(rec.gpu)
+        pub = predict(rec, c)
+        p = pub.plan
+        req = SearchRequest(model=rec.model.name, gpu=[rec.gpu], gpus=[p.num_gpus], global_batch=[p.global_batch],
+                            seq_len=p.seq_len, precision=p.precision, fp32_grads=p.fp32_grads,
+                            overlap_tp_comm=p.overlap_tp_comm, memory_headroom=0.0)
+        try:
+            res = search(req, model=rec.model)
+            best = res.recommended
+            found, step = _short(best.plan), best.step_time_s
+        except NoFeasiblePlan:
+            found, step = "(nothing fits)", float("inf")
+        ok = step <= pub.predicted_step_s * (1 + 1e-9) or not pub.feasible
+        n += 1
+        worse += not ok
+        flag = "yes" if ok else "NO"
+        if not pub.feasible:
+            flag += " (published plan over memory in the model)"
+        print(f"{rec.label[:34]:<34} {_short(p):<24} {pub.predicted_step_s:7.2f} {found:<24} {step:7.2f} {flag}")
+    print(f"{n - worse}/{n} runs: the best plan found is predicted at least as fast as the published one")
+
+
+def _short(p) -> str:
+    s = f"t{p.tp} p{p.pp} d{p.dp}"
+    if p.cp > 1:
+        s += f" c{p.cp}"
+    if p.vpp > 1:
+        s += f" v{p.vpp}"
+    return s + f" mb{p.micro_batch} z{p.zero} {p.recompute[:3]}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5, help="repetitions per figure (medians)")
+    ap.add_argument("--published", action="store_true", help="compare with the published runs")
+    ap.add_argument("--no-growth", action="store_true", help="main figures only")
+    args = ap.parse_args()
+    print(f"plan-search speed, {os.cpu_count()} CPU(s), python {sys.version.split()[0]}")
+    print("GPT-3 175B, a100-80gb, every multiple of 8 GPUs up to 16,384, full default space")
+
+    t = time.perf_counter()
+    res = search(SearchRequest(**MAIN))
+    cold = time.perf_counter() - t
+    warm, res = _median_time(lambda: search(SearchRequest(**MAIN)), args.runs)
+    ex, _ = _median_time(lambda: search(SearchRequest(**MAIN, solver="exhaustive")), args.runs)
+    cli = cli_time(args.runs)
+    st = res.stats
+    print(f"  candidates {st.candidates:,} over {st.gpu_counts:,} GPU counts; {st.memory_rejected:,} over memory; "
+          f"{st.feasible:,} feasible; {st.solver_candidates} to CP-SAT; {st.solves} solves; front {len(res.front)}")
+    print(f"  phases (last run): enumerate {st.enumerate_s:.3f} s, evaluate {st.evaluate_s:.3f} s "
+          f"({1e9 * st.evaluate_s / st.candidates:.0f} ns/candidate), solve {st.solve_s:.3f} s")
+    print(f"  CLI end to end (subprocess, median of {args.runs}): {cli:.2f} s   [target <= 2 s]")
+    print(f"  search() in-process (median of {args.runs}, warm): {warm:.2f} s   [target <= 1 s]"
+          f"   (first call, cold: {cold:.2f} s)")
+    print(f"  exhaustive oracle, same space (median of {args.runs}): {ex:.2f} s")
+
+    if not args.no_growth:
+        runs = max(1, args.runs // 2)
+        header("growth with the GPU range (gpt3-175b, a100-80gb)")
+        for hi in (1024, 4096, 16384, 65536):
+            row(f"up to {hi:,} GPUs", dict(MAIN, max_gpus=hi), runs)
+        header("growth with the GPU types (gpt3-175b, up to 16,384)")
+        for gpus in (["a100-80gb"], ["a100-80gb", "h100-sxm"], ["a100-80gb", "h100-sxm", "h200"]):
+            row(",".join(gpus), dict(MAIN, gpu=gpus), runs)
+        header("growth with model depth (a100-80gb, up to 16,384)")
+        for m in ("gpt3-175b", "megatron-gpt-1t", "llama3.1-405b"):
+            row(m, dict(MAIN, model=m), runs)
+    if args.published:
+        published()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
