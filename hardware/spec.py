@@ -133,7 +133,7 @@ class EfficiencySpec(_Frozen):
     bmm_attention_eff: float = Field(default=0.45, gt=0, le=1)
     hbm_eff: float = Field(default=0.80, gt=0, le=1)
     intra_bw_eff: float = Field(default=0.75, gt=0, le=1)
-    inter_bw_eff: float = Field(default=0.75, gt=0, le=1)
+    inter_bw_eff: float = Field(default=0.8, gt=0, le=1)
     zero3_bw_eff: float = Field(default=1.0, gt=0, le=1)
     dp_overlap: float = Field(default=0.8, ge=0, le=1)
     tp_overlap: float = Field(default=0.6, ge=0, le=1)

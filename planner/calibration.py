@@ -437,20 +437,32 @@ def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, iters: int = 4
     return simplex[int(np.argmin(vals))]
 
 
+#: Weight of the pull towards the prior (the EfficiencySpec defaults) in the fit's transformed
+#: space. The link efficiencies are physical figures (NCCL reaches most of a link's rate on
+#: large messages), weakly identified by step times: they move only where the runs insist.
+PRIOR_WEIGHT = {"inter_bw_eff": 2e-3, "zero3_bw_eff": 2e-3}
+DEFAULT_PRIOR_WEIGHT = 1e-5
+
+
 def fit_efficiency(
     records: Sequence[RunRecord], cluster: ClusterSpec, terms: Iterable[str] | None = None, iters: int = 400
 ) -> EfficiencySpec:
     """Fit the efficiency terms of ``cluster`` to ``records`` (all of that GPU).
 
-    Minimises the mean squared log error of step time plus a small pull towards the starting
-    values (so that a term the runs cannot see stays where it was).
+    Minimises the mean squared log error of step time plus a pull towards the priors (the
+    :class:`EfficiencySpec` defaults, :data:`PRIOR_WEIGHT`), so that a term the runs cannot see
+    stays at its prior. Starts from the cluster's current values and from a second point with
+    slow sharded-DP collectives; keeps the better optimum. Deterministic.
     """
     records = list(records)
     if not records:
         raise InputError("runs: no complete rows for this GPU to calibrate on")
     terms = list(terms) if terms is not None else _relevant_terms(records)
     start = cluster.efficiency.model_dump()
-    x0 = np.array([_to_unit(start[t], *FIT_BOUNDS[t]) for t in terms])
+    prior = EfficiencySpec().model_dump()
+    unit = lambda d: np.array([_to_unit(d[t], *FIT_BOUNDS[t]) for t in terms])  # noqa: E731
+    z_prior = unit(prior)
+    weights = np.array([PRIOR_WEIGHT.get(t, DEFAULT_PRIOR_WEIGHT) for t in terms])
 
     def spec_of(z) -> EfficiencySpec:
         upd = {t: _from_unit(float(v), *FIT_BOUNDS[t]) for t, v in zip(terms, z)}
@@ -459,13 +471,9 @@ def fit_efficiency(
     def loss(z) -> float:
         c = cluster.model_copy(update={"efficiency": spec_of(z)})
         errs = [math.log(predict(r, c).predicted_step_s / r.measured_step_s) for r in records]
-        return float(np.mean(np.square(errs))) + 1e-5 * float(np.sum(np.square(z - x0)))
+        return float(np.mean(np.square(errs))) + float(np.sum(weights * np.square(z - z_prior)))
 
-    # Two deterministic starts: the current values, and the same with slow, well-hidden
-    # sharded-DP collectives (the ZeRO-3 rows of Narayanan et al. Table 2 have two basins:
-    # slow networks everywhere, or slow ZeRO-3 gathers hidden behind compute); keep the better.
-    alt = dict(start, zero3_bw_eff=0.2, dp_overlap=0.95)
-    starts = [x0, np.array([_to_unit(alt[t], *FIT_BOUNDS[t]) for t in terms])]
+    starts = [unit(start), unit(dict(start, zero3_bw_eff=0.3, dp_overlap=0.9))]
     best = None
     for s0 in starts:
         z = nelder_mead(loss, s0, iters=iters)

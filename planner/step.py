@@ -113,8 +113,8 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
 
     # Data parallelism and optimizer on the larger of the first/last stage.
     psi = np.maximum(memory.stage_params(model, x, "first"), memory.stage_params(model, x, "last"))
-    dp = comm.dp_step_s(psi, x, cluster)
     layers_slow = np.where(is_last, x.last, np.where(is_mid, x.mid, x.first))
+    dp = comm.dp_step_s(psi, x, cluster)
     fwd_mb = layers_slow * lt["compute_fwd_s"]
     bwd_mb = layers_slow * lt["compute_bwd_s"]
     z = x.zero
