@@ -159,17 +159,30 @@ class System:
         return self.cluster.name
 
 
-def evaluate_columns(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, request: SearchRequest) -> dict:
-    """:data:`COLUMNS` of :func:`evaluate` for every row of ``x``, in chunks of EVAL_CHUNK."""
+def evaluate_columns(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, request: SearchRequest,
+                     deadline: float = math.inf) -> dict:
+    """:data:`COLUMNS` of :func:`evaluate` for every row of ``x``, in chunks of EVAL_CHUNK, plus
+    ``done`` (False for rows left unevaluated because the time limit passed: they count as
+    infeasible and the result is flagged not proven)."""
     parts = {k: [] for k in COLUMNS}
-    for a in range(0, len(x), EVAL_CHUNK):
+    n = len(x)
+    stop = n
+    for a in range(0, n, EVAL_CHUNK):
+        if a and time.perf_counter() > deadline:
+            stop = a
+            break
         r = evaluate(model, cluster, x.take(slice(a, a + EVAL_CHUNK)), memory_headroom=request.memory_headroom,
                      tokens=request.tokens, checkpoint_interval_h=request.checkpoint_interval_h)
         for k in COLUMNS:
             parts[k].append(np.asarray(r[k]))
-    if not len(x):
-        return {k: np.zeros(0, dtype=bool if k == "fits" else float) for k in parts}
-    return {k: np.concatenate(v) for k, v in parts.items()}
+    if stop < n:
+        for k in COLUMNS:
+            fill = False if k == "fits" else (np.nan if k in ("memory_usable_gib",) else np.inf)
+            parts[k].append(np.full(n - stop, fill, dtype=bool if k == "fits" else float))
+    out = {k: (np.concatenate(v) if v else np.zeros(0, dtype=bool if k == "fits" else float))
+           for k, v in parts.items()}
+    out["done"] = np.arange(n) < stop
+    return out
 
 
 def _concat_spaces(spaces: list[Space]) -> Space:
@@ -189,7 +202,8 @@ def masks(sys_cols: dict, x: PlanArrays, request: SearchRequest, lo: int, hi: in
     c = sys_cols
     n = x.num_gpus
     out = {
-        "memory": c["fits"].astype(bool),
+        "memory": c["fits"].astype(bool) | ~c["done"],  # unevaluated rows are excluded by "done"
+        "done": c["done"],
         "comm_ratio": (c["comm_ratio"] <= request.max_comm_ratio) if request.max_comm_ratio else np.ones(len(n), bool),
         "power": (c["power_kw"] <= request.max_power_kw) if request.max_power_kw else np.ones(len(n), bool),
         "deadline": (c["days"] <= request.deadline_days) if request.deadline_days else np.ones(len(n), bool),
@@ -203,7 +217,8 @@ def masks(sys_cols: dict, x: PlanArrays, request: SearchRequest, lo: int, hi: in
     return out
 
 
-def default_max_gpus(model, cluster, gbs, seq, request) -> tuple[int, list[Space], list[dict]]:
+def default_max_gpus(model, cluster, gbs, seq, request, deadline: float = math.inf
+                     ) -> tuple[int, list[Space], list[dict]]:
     """The default top of the GPU range for one system: from DEFAULT_START_NODES nodes, double
     the range while doubling the GPUs shortens the fastest feasible run by at least
     DOUBLING_GAIN (25 %, i.e. the doubling still scales at 2/3 efficiency or better); the last
@@ -224,7 +239,7 @@ def default_max_gpus(model, cluster, gbs, seq, request) -> tuple[int, list[Space
         if len(new):
             sp = _enumerate(model, cluster, new, gbs, seq, request)
             pieces.append(sp)
-            cols.append(evaluate_columns(model, cluster, sp.x, request))
+            cols.append(evaluate_columns(model, cluster, sp.x, request, deadline))
         lo_done = cap
         best = math.inf
         for sp, c in zip(pieces, cols):
@@ -233,7 +248,7 @@ def default_max_gpus(model, cluster, gbs, seq, request) -> tuple[int, list[Space
                 ok &= c["power_kw"] <= request.max_power_kw
             if ok.any():
                 best = min(best, float(c["days"][ok].min()))
-        if cap >= cap_limit:
+        if cap >= cap_limit or time.perf_counter() > deadline:
             break
         if math.isfinite(best_prev) and best > (1.0 - DOUBLING_GAIN) * best_prev:
             break
@@ -543,7 +558,7 @@ def explain_infeasible(model, systems: list[System], gbs, seq, request, ms: list
             f"{'/'.join(map(str, gbs))}: tp*pp*cp*dp must equal the GPU count and dp*micro_batch divide the "
             "batch; try other --gpus or --global-batch, or loosen the knob bounds", reason="space")
     order = ["memory", "comm_ratio", "power", "deadline", "budget", "gpus"]
-    alive = [np.ones(len(s.space), bool) for s in systems]
+    alive = [m["done"].copy() for m in ms]
     for name in order:
         nxt = [a & m[name] for a, m in zip(alive, ms)]
         if not any(n.any() for n in nxt):
@@ -644,8 +659,8 @@ CONSTRAINTS = ("memory", "comm_ratio", "power", "deadline", "budget", "gpus")
 
 
 def _relaxed(m: dict, name: str) -> np.ndarray:
-    """Candidates meeting every constraint but ``name``."""
-    out = np.ones(len(m["memory"]), dtype=bool)
+    """Evaluated candidates meeting every constraint but ``name``."""
+    out = m["done"].copy()
     for k in CONSTRAINTS:
         if k != name:
             out &= m[k]
@@ -714,12 +729,12 @@ def search(request: SearchRequest | dict, *, model: ModelSpec | None = None) -> 
             a = time.perf_counter()
             sp = _enumerate(model, c, counts, gbs, seq, req) if len(counts) else None
             b = time.perf_counter()
-            cols = evaluate_columns(model, c, sp.x, req) if sp is not None else None
+            cols = evaluate_columns(model, c, sp.x, req, deadline) if sp is not None else None
             t_enum += b - a
             t_eval += time.perf_counter() - b
         else:
             a = time.perf_counter()
-            cap, pieces, parts = default_max_gpus(model, c, gbs, seq, req)
+            cap, pieces, parts = default_max_gpus(model, c, gbs, seq, req, deadline)
             t_eval += time.perf_counter() - a
             counts = gpu_counts(c, req, upper=cap)
             sp = _concat_spaces(pieces) if pieces else None
@@ -769,10 +784,12 @@ def search(request: SearchRequest | dict, *, model: ModelSpec | None = None) -> 
     rec_index = next((i for i, fp in enumerate(front) if fp.gpu == rec_sys.name and fp.plan == rec_plan), None)
     reason = _recommend_reason(req.objective, table, rec, systems, ms, req, key)
     total = sum(len(s.space) for s in systems)
+    evaluated = int(sum(m["done"].sum() for m in ms))
     mem_rej = int(sum((~m["memory"]).sum() for m in ms))
-    comm_rej = int(sum((m["memory"] & ~m["comm_ratio"]).sum() for m in ms))
+    comm_rej = int(sum((m["done"] & m["memory"] & ~m["comm_ratio"]).sum() for m in ms))
+    proven = proven and evaluated == total
     stats = SearchStats(
-        candidates=total, memory_rejected=mem_rej, evaluated=total, comm_rejected=comm_rej, feasible=n_feas,
+        candidates=total, memory_rejected=mem_rej, evaluated=evaluated, comm_rejected=comm_rej, feasible=n_feas,
         pruned=n_feas - len(table), solver_candidates=len(table),
         gpu_counts=int(sum(len(s.counts) for s in systems)), solves=solves, enumerate_s=t_enum, evaluate_s=t_eval,
         solve_s=t_solve, total_s=time.perf_counter() - t0, proven_optimal=bool(proven), solver=req.solver,

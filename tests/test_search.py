@@ -290,9 +290,27 @@ def test_deterministic_across_workers_and_runs():
 
 def test_time_limit_flags_the_front_as_not_proven():
     res = search(SearchRequest(**CASES["gpt-dense-2gpus"], time_limit_s=1e-3))
+    assert not res.stats.proven_optimal
+    assert res.stats.evaluated < res.stats.candidates  # evaluation stopped at the limit too
+
+
+def test_walk_stopped_by_the_limit_keeps_the_points_found(monkeypatch):
+    import sys
+
+    mod = sys.modules["planner.search"]
+    real = mod._solve
+    calls = {"n": 0}
+
+    def limited(model, request, deadline):  # the 5th solve "runs out of time"
+        calls["n"] += 1
+        return ("unknown", None) if calls["n"] >= 5 else real(model, request, deadline)
+
+    monkeypatch.setattr(mod, "_solve", limited)
+    res = search(SearchRequest(**CASES["gpt-dense-2gpus"]))
     full = _run("gpt-dense-2gpus", "exhaustive")
     assert not res.stats.proven_optimal
-    assert set(_front_key(res)) <= set(_front_key(full))
+    walk_order = sorted(full.front, key=lambda p: (p.days, p.cost_usd, p.num_gpus))
+    assert set(_front_key(res)) == {(p.gpu, p.num_gpus, p.plan) for p in walk_order[:3]} and len(res.front) == 3
 
 
 def test_huge_model_on_a_million_gpus_does_not_overflow(tmp_path):
