@@ -116,7 +116,8 @@ class SearchRequest(_Doc):
     GPU counts: ``gpus`` lists them; otherwise every multiple of ``gpus_step`` (default: the
     system's GPUs per node) from ``min_gpus`` (default one step) to ``max_gpus``; without
     ``max_gpus`` the range is doubled from 8 nodes until doubling the GPUs stops paying — the
-    fastest run shortens by less than 25 % (see :func:`planner.search.default_max_gpus`).
+    fastest run shortens by less than a third, a speed-up under 1.5x (see
+    :func:`planner.search.default_max_gpus`).
     """
 
     model: str = Field(min_length=1, description="catalog model name or model file")
@@ -148,7 +149,8 @@ class SearchRequest(_Doc):
     time_limit_s: float = Field(default=10.0, gt=0, le=86_400)
     workers: int = Field(default=1, ge=1, le=256)
     seed: int = Field(default=0, ge=0, le=2**31 - 1)
-    max_candidates: int = Field(default=20_000_000, gt=0, description="refuse larger spaces (memory)")
+    max_candidates: int = Field(default=5_000_000, gt=0, le=100_000_000,
+                                description="refuse larger spaces per system (about 200 bytes each)")
 
     @field_validator("gpu")
     @classmethod

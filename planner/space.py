@@ -214,7 +214,7 @@ def enumerate_space(
     knobs: Knobs | None = None,
     precision: str = "bf16",
     overlap_tp_comm: bool = True,
-    max_candidates: int = 20_000_000,
+    max_candidates: int = 5_000_000,
     fp32_grads: bool = True,
 ) -> Space:
     """Every valid candidate (see the module docstring) as one :class:`Space`."""

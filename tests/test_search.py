@@ -335,8 +335,8 @@ def test_default_gpu_range_doubles_until_it_stops_paying():
     nodes = cap // 8
     assert nodes >= 16 and nodes & (nodes - 1) == 0
     best = lambda hi: min(p.days for p in res.front if p.num_gpus <= hi)  # noqa: E731
-    assert best(cap) > 0.75 * best(cap // 2)
-    assert best(cap // 2) <= 0.75 * best(cap // 4)
+    assert best(cap) > (2 / 3) * best(cap // 2)
+    assert best(cap // 2) <= (2 / 3) * best(cap // 4)
 
 
 # ------------------------------------------------------------------ nothing feasible
