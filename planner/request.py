@@ -238,8 +238,9 @@ class ResolvedInputs(_Doc):
 
 
 class SearchResult(_Doc):
-    """``plan-search`` output: the front (sorted by system order, then GPU count), the
-    recommended plan in full, the search statistics, and the inputs echoed back."""
+    """``plan-search`` output: the front (sorted by GPU count, then days, then system order),
+    the recommended plan in full (``planner.estimate.Estimate``), the search statistics, and
+    the inputs echoed back (``request`` as given, ``inputs`` as resolved)."""
 
     front: list[FrontPoint]
     recommended: Estimate

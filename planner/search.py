@@ -773,6 +773,8 @@ def search(request: SearchRequest | dict, *, model: ModelSpec | None = None) -> 
     groups, n_groups = group_ids(systems)
     full = build_table(systems, feasible, groups)
     key = OBJECTIVE_KEYS[req.objective]
+    if req.solver == "cpsat":
+        from ortools.sat.python import cp_model  # noqa: F401  (imported lazily: ~0.2 s with pandas)
     t_solve0 = time.perf_counter()
     if req.solver == "exhaustive":
         table = full

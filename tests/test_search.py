@@ -453,6 +453,17 @@ def test_cli_bad_input_exits_2(args, word):
     assert word in (r.stderr + r.output) and "Traceback" not in r.output
 
 
+def test_max_nodes_and_what_if_overrides():
+    base = dict(model="llama2-7b", gpu=["h100-sxm"], max_gpus=128, solver="exhaustive")
+    capped = search(SearchRequest(**base, max_nodes=4))
+    assert max(capped.inputs.gpu_counts["h100-sxm"]) == 32 and all(p.num_gpus <= 32 for p in capped.front)
+    ref = search(SearchRequest(**base))
+    dear = search(SearchRequest(**base, sets=["price_per_gpu_hour_usd=10"]))
+    assert _front_key(dear) == _front_key(ref)
+    for a, b in zip(ref.front, dear.front):
+        assert b.cost_usd == pytest.approx(a.cost_usd * 10 / get_cluster("h100-sxm").price_per_gpu_hour_usd)
+
+
 def test_value_parsers():
     assert parse_int_set("1..4,8", "x") == [1, 2, 3, 4, 8]
     assert parse_int_set("64..256:64", "x") == [64, 128, 192, 256]
