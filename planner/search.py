@@ -23,25 +23,28 @@ Pipeline (one copy of every formula: candidates are priced only by
    pruned across groups: that is the solver's job. What is *not* exact is the space itself:
    its default domains (``Knobs``: micro-batch up to 8, cp while ``seq_len/cp >= 1024``)
    bound what is searched; ``--micro-batch``/``--cp``/``--max-*`` widen them.
-5. **Solve** with CP-SAT (:func:`build_model`): one Boolean per surviving candidate, exactly
-   one chosen; the limits (deadline, budget, power cap, GPU-count and node bounds) stated again
-   on the chosen candidate, each as one named clause forbidding the candidates over it (with
-   exactly one choice that is the same constraint as a bound on the chosen value, and it keeps
-   presolve at ~0.5 ms per solve where a weighted-sum bound costs ~8 ms); a lexicographic objective (e.g. fastest = days, then dollars, then
-   GPUs, then the stable candidate order). *Scaling*: every objective column is replaced by
-   its ordinal rank among the table's distinct values (and the lexicographic objective by the
-   rank of the whole key), so coefficients are integers below the table size whatever the
-   magnitudes — a 10T-parameter model on a million GPUs cannot overflow, and no two distinct
-   values are merged by rounding (which a fixed-point scaling would do). GPU counts enter as
-   they are (integers below 1e7). The optimum is unique (the stable order breaks every tie),
-   so the answer does not depend on the worker count.
+5. **Solve** with CP-SAT (:func:`build_model`): one named Boolean per surviving candidate,
+   exactly one chosen; the limits (deadline, budget, power cap, GPU-count and node bounds)
+   stated again on the chosen candidate, each as one named clause forbidding the candidates
+   over it (with exactly one choice this is the same constraint as a bound on the chosen
+   value, and it keeps presolve at ~0.5 ms per solve where a weighted-sum bound with a few
+   hundred distinct coefficients costs ~8 ms); the objective, stated once per objective in
+   :data:`OBJECTIVE_KEYS`, is lexicographic (fastest = days, then dollars, then GPUs, then the
+   stable candidate order). *Scaling*: the lexicographic key is replaced by its ordinal rank
+   (:func:`positions`: a permutation of ``0..n-1``), so the objective coefficients are
+   integers below the table size whatever the magnitudes — a 10T-parameter model on a million
+   GPUs cannot overflow — and no two distinct values are merged by rounding (which a
+   fixed-point scaling would do, making ties the oracle does not see). The optimum is unique
+   (the stable order breaks every tie), so the answer does not depend on the worker count.
 6. **Walk the front** by epsilon-constraint re-solves: minimise (days, dollars, GPUs, order);
    after each optimum ``q`` add the constraint "GPUs < q.GPUs or days < q.days or dollars <
    q.dollars" (linearised: the candidates it excludes, all known constants, get the domain
-   {0}) and solve again, hinted with the previous optimum, until infeasible. Each
-   optimum is a new non-dominated point, so the walk takes one solve per front point plus one.
-   A time limit (``time_limit_s``, the whole search) stops the walk with the front so far and
-   ``proven_optimal = False``.
+   {0}) and solve again, hinted with the previous optimum, until infeasible. Each optimum is
+   non-dominated (a dominating candidate would either come first in the key or have been cut
+   by a point that then dominates this one too), so the walk takes one solve per front point
+   plus one. The time limit (``time_limit_s``, from the start of the search) stops the
+   evaluation between chunks and the walk between solves; what was found so far is returned
+   with ``proven_optimal = False``.
 
 ``solver="exhaustive"`` computes the front from *all* feasible candidates, without step 4,
 with a plain numpy skyline (:func:`exhaustive_front`) — the oracle the tests compare with.
@@ -631,7 +634,8 @@ def _explain_memory(model, systems, gbs, seq, request) -> NoFeasiblePlan:
                                                "recompute": list(kn.recompute) + ["full"]})))
     for label, k in variants:
         ok, g, p = _fits_anything(model, s.cluster, s.counts, gbs, seq, request, k)
-        alts.append(Alternative(change=label, fits=ok, peak_gib=g if math.isfinite(g) else None, usable_gib=usable, plan=p))
+        alts.append(Alternative(change=label, fits=ok, peak_gib=g if math.isfinite(g) else None,
+                                usable_gib=usable, plan=p))
     # more GPUs (same system, same knobs): node multiples beyond the largest count considered
     top = int(max(s.counts)) if len(s.counts) else s.cluster.node.gpus_per_node
     gpn = s.cluster.node.gpus_per_node
@@ -826,7 +830,8 @@ def search(request: SearchRequest | dict, *, model: ModelSpec | None = None) -> 
 def _front_points(systems, table: Table, rows: list[int], req, bind: dict) -> list[FrontPoint]:
     """Front rows as FrontPoints, sorted by GPU count, then days, then system order; figures
     re-evaluated (one evaluate() call per system) so they are exactly plan-estimate's."""
-    rows = sorted(rows, key=lambda i: (int(table.gpus[i]), float(table.days[i]), int(table.system[i]), int(table.row[i])))
+    rows = sorted(rows, key=lambda i: (int(table.gpus[i]), float(table.days[i]), int(table.system[i]),
+                                       int(table.row[i])))
     by_sys: dict[int, list[int]] = {}
     for i in rows:
         by_sys.setdefault(int(table.system[i]), []).append(int(table.row[i]))

@@ -52,8 +52,6 @@ RC_NAMES = ("none", "selective", "full", "full")
 #: Default partial-recomputation depths: these fractions of the largest stage, rounded up.
 PARTIAL_FRACTIONS = (0.25, 0.5, 0.75)
 
-_BOOL_FIELDS = ("sp", "fa", "fp32_grads", "ovl_grad", "ovl_param", "ovl_tp")
-
 
 @dataclass(frozen=True)
 class Space:
@@ -290,7 +288,3 @@ def enumerate_space(
         first=c64(F[pi]), mid=c64(M[pi]), last=c64(La[pi]),
     )
     return Space(model, cluster, x, kind.astype(np.int8), U[pi].astype(bool), precision, bool(overlap_tp_comm))
-
-
-def empty_like(space: Space) -> Space:
-    return space.take(np.zeros(0, dtype=np.int64))
