@@ -36,6 +36,44 @@ def plan_str(p) -> str:
     return s
 
 
+#: Systems that reuse the fit of another system's chip (same compute die and clocks).
+SIBLINGS = {"a100-80gb": ["a100-40gb"], "h100-sxm": ["h200"]}
+CATALOG = Path(__file__).resolve().parents[1] / "hardware" / "catalog.yaml"
+
+
+def write_catalog(fitted: dict, records) -> None:
+    """Replace the ``efficiency:`` block of each fitted system (and its siblings) in the catalog."""
+    import datetime
+    import re
+
+    text = CATALOG.read_text()
+    default = EfficiencySpec().model_dump()
+    for g, eff in fitted.items():
+        n = sum(1 for r in records if r.gpu == g)
+        groups = ", ".join(sorted({r.group for r in records if r.gpu == g}))
+        values = {k: v for k, v in eff.model_dump().items() if k != "source" and v != default[k]}
+        for name in [g] + SIBLINGS.get(g, []):
+            note = "" if name == g else f" Reused for {name}: same compute die as {g}; its memory is priced separately."
+            src = (f"fitted {datetime.date.today()} by python bench/fidelity.py --refit --write-catalog "
+                   f"(plan-calibrate's fit) on the {n} {g} rows of planner/published_runs.csv ({groups}); "
+                   f"terms not listed are EfficiencySpec defaults (priors; attention_eff is the cited "
+                   f"FlashAttention prior, not fitted).{note}")
+            block = "  efficiency:\n" + "".join(f"    {k}: {float(f'{v:.4g}')}\n" for k, v in values.items())
+            block += f'    source: "{src}"\n'
+            m = re.search(rf"^{re.escape(name)}:\n", text, re.M)
+            if not m:
+                continue
+            end = re.search(r"^\S", text[m.end():], re.M)
+            stop = m.end() + (end.start() if end else len(text) - m.end())
+            entry = text[m.end():stop]
+            entry = re.sub(r"^  efficiency:\n(?:^    .*\n)*", "", entry, flags=re.M)
+            price = re.search(r"^  price_per_gpu_hour_usd:", entry, re.M)
+            entry = entry[: price.start()] + block + entry[price.start():]
+            text = text[: m.end()] + entry + text[stop:]
+    CATALOG.write_text(text)
+    print(f"wrote fitted efficiencies of {', '.join(fitted)} into {CATALOG}")
+
+
 def summarize(preds, title: str) -> dict:
     by = defaultdict(list)
     for p in preds:
@@ -60,6 +98,8 @@ def main() -> int:
     ap.add_argument("--quiet", action="store_true", help="no per-row table")
     ap.add_argument("--verbose", action="store_true", help="per-row errors and fitted terms of each refit")
     ap.add_argument("--iters", type=int, default=400, help="Nelder-Mead iterations per fit")
+    ap.add_argument("--write-catalog", action="store_true",
+                    help="with --refit: write the fitted terms into hardware/catalog.yaml (the built-in values)")
     args = ap.parse_args()
 
     records = load_runs()
@@ -71,6 +111,8 @@ def main() -> int:
             eff = fit_efficiency([r for r in records if r.gpu == g], clusters[g], iters=args.iters)
             clusters[g] = clusters[g].model_copy(update={"efficiency": eff})
             print(f"refit {g} in {time.perf_counter() - t0:.1f} s: {eff.model_dump()}")
+    if args.refit and args.write_catalog:
+        write_catalog({g: clusters[g].efficiency for g in gpus}, records)
     preds = [predict(r, clusters[r.gpu]) for r in records]
     if not args.quiet:
         print(f"{'#':>3s} {'source':20s} {'run':40s} {'measured':>9s} {'predicted':>9s} {'error':>7s}  plan [free knobs]")
