@@ -23,7 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hardware.catalog import get_cluster  # noqa: E402
 from hardware.spec import EfficiencySpec  # noqa: E402
+from planner.arrays import PlanArrays  # noqa: E402
 from planner.calibration import error_summary, fit_efficiency, load_runs, predict  # noqa: E402
+from planner.evaluate import evaluate  # noqa: E402
 
 
 def plan_str(p) -> str:
@@ -125,6 +127,17 @@ def main() -> int:
                 f"{p.predicted_step_s:9.3f} {100 * p.error:+6.1f}%  {plan_str(p.plan)}{free}{flag}"
             )
         print("(measured step time from: " + ", ".join(sorted({r.measured_from for r in records})) + ")")
+    with_memory = [r for r in records if r.measured_memory_gb]
+    if with_memory:
+        print(f"\nmemory where measured ({len(with_memory)} rows):")
+        for p in preds:
+            if p.record.measured_memory_gb:
+                e = evaluate(p.record.model, clusters[p.record.gpu], PlanArrays.from_plans([p.plan], p.record.model.num_layers))
+                got = float(e["memory_peak_gib"][0]) * 2**30 / 1e9
+                print(f"  {p.record.label[:40]:40s} measured {p.record.measured_memory_gb:7.1f} GB, "
+                      f"predicted {got:7.1f} GB ({100 * (got / p.record.measured_memory_gb - 1):+.1f}%)")
+    else:
+        print("memory: no row of the runs file has a measured memory figure; memory is not validated here")
     summary = summarize(preds, "Built-in efficiencies" + (" (refit)" if args.refit else ""))
     ok = (
         summary["overall"]["median"] <= 0.08

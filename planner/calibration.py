@@ -157,6 +157,7 @@ class RunRecord:
     measured_from: str
     notes: str = ""
     arrays: PlanArrays | None = field(default=None, repr=False)
+    measured_memory_gb: float | None = None
 
 
 def _model_for_row(row: dict) -> ModelSpec | None:
@@ -335,6 +336,7 @@ def load_runs(path: str | Path | None = None, gpu: str | None = None) -> list[Ru
         label = f"{row['model'].strip()} @{n}"
         rec = RunRecord(i, row["source"], group, label, model, g, cands, free, measured, how, row.get("notes", ""))
         rec.arrays = PlanArrays.from_plans(cands, model.num_layers)
+        rec.measured_memory_gb = _num(row.get("measured_memory_gb"))
         records.append(rec)
     return records
 
