@@ -9,6 +9,7 @@ reason goes to stderr).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import textwrap
@@ -21,6 +22,7 @@ from cli.common import Infeasible, guarded
 TABLE_WIDTH = 80
 LABEL = 18  # width of the label column of the summary lines
 FORMATS = click.Choice(["table", "json"], case_sensitive=False)
+FRAMEWORK_NAMES = ["megatron", "deepspeed", "torchtitan", "nemo"]  # planner.frameworks.FRAMEWORKS
 
 
 def _plan_default(name: str):
@@ -244,6 +246,30 @@ def format_table(est, cluster, model, headroom: float, overrides: Sequence[str] 
     return "\n".join(lines)
 
 
+def format_launch(launch) -> str:
+    """The launch configuration after the table: a header, the text as it is pasted, the notes."""
+    kinds = {"argv": "pretrain_gpt.py flags", "json": "config JSON", "toml": "job TOML sections",
+             "overrides": "recipe overrides (key=value)"}
+    lines = [f"launch configuration: {launch.framework} {kinds[launch.kind]}", f"# for {launch.version}"]
+    lines += launch.text.rstrip("\n").splitlines()
+    lines += [f"# note: {n}" for n in launch.notes]
+    return "\n".join(lines)
+
+
+def _launch(framework: str | None, emit: bool, plan, model, cluster):
+    """Refuse a plan the framework cannot run (InputError naming the rule); the launch config with --emit."""
+    from models.io import InputError
+    from planner import emit as emitters
+    from planner import frameworks
+
+    if emit and framework is None:
+        raise InputError("emit: --emit needs --framework megatron|deepspeed|torchtitan|nemo")
+    if framework is None:
+        return None
+    frameworks.require(framework, plan, model, cluster)
+    return emitters.emit(framework, plan, model, cluster) if emit else None
+
+
 # ------------------------------------------------------------------ command
 
 
@@ -289,17 +315,27 @@ def _bool_flag(name: str, help_text: str):
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="what-if override of the cluster, e.g. gpu.hbm_bandwidth_gbps=3000 (repeatable)")
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True, help="output format")
+@click.option("--framework", type=click.Choice(FRAMEWORK_NAMES, case_sensitive=False), default=None,
+              help="check the plan against this framework's rules (planner.frameworks); a plan it cannot run "
+                   "exits 2 with one line naming the rule")
+@click.option("--emit", is_flag=True, default=False,
+              help="also print the --framework launch configuration (Megatron-LM flags, DeepSpeed config JSON, "
+                   "torchtitan TOML sections, NeMo 2.0 recipe overrides): after the table, or with --format json "
+                   "as the 'launch' key of the one JSON document")
 @guarded
 def main(model_ref: str, gpu_ref: str, num_gpus: int, tp: int, pp: int, dp: int | None, cp: int, vpp: int,
          zero: int, micro_batch: int, global_batch: int | None, seq_len: int | None, recompute: str,
          recompute_layers: int | None, sequence_parallel: bool, flash_attention: bool, precision: str,
          fp32_grads: bool, overlap_grad_reduce: bool, overlap_param_gather: bool, overlap_tp_comm: bool,
          first_stage_layers: int | None, last_stage_layers: int | None, memory_headroom: float,
-         tokens: float | None, checkpoint_interval_h: float, sets: tuple[str, ...], fmt: str) -> None:
+         tokens: float | None, checkpoint_interval_h: float, sets: tuple[str, ...], fmt: str,
+         framework: str | None, emit: bool) -> None:
     """Estimate step time, memory, throughput and cost of one parallel plan.
 
     Exit 0 when the plan fits, 3 when it does not fit in memory (the estimate is still printed),
-    2 on bad input.
+    2 on bad input. With --framework, 2 also when that framework cannot run the plan (nothing is
+    printed but the rule); with --emit the launch configuration follows the estimate (it is printed
+    for a plan that does not fit too, with exit 3).
     """
     from hardware.overrides import apply_overrides, describe_overrides
     from hardware.resolve import resolve_cluster
@@ -326,12 +362,21 @@ def main(model_ref: str, gpu_ref: str, num_gpus: int, tp: int, pp: int, dp: int 
         overlap_tp_comm=overlap_tp_comm, first_stage_layers=first_stage_layers,
         last_stage_layers=last_stage_layers,
     )
+    launch = _launch(framework, emit, plan, model, cluster)
     est = estimate(model, cluster, plan, memory_headroom=memory_headroom, tokens=tokens,
                    checkpoint_interval_h=checkpoint_interval_h)
     if fmt.lower() == "json":
-        click.echo(est.model_dump_json(indent=2))
+        if launch is None:
+            click.echo(est.model_dump_json(indent=2))
+        else:
+            doc = json.loads(est.model_dump_json())
+            doc["launch"] = launch.as_json()
+            click.echo(json.dumps(doc, indent=2))
     else:
         click.echo(format_table(est, cluster, model, memory_headroom, overrides))
+        if launch is not None:
+            click.echo("")
+            click.echo(format_launch(launch))
     if not est.feasible:
         raise Infeasible(est.reasons[0] if est.reasons else "the plan does not fit")
 

@@ -1,0 +1,757 @@
+"""Launch configurations: a plan as Megatron-LM flags, a DeepSpeed config, a torchtitan TOML or NeMo 2.0
+recipe overrides, and the readers that turn each back into the plan.
+
+Every writer first asks :func:`planner.frameworks.require` whether the framework can run the plan and
+refuses with :class:`~models.io.InputError` (``framework: rule-id: text (detail)``) when it cannot; it then
+writes the *normalized* plan (:func:`planner.frameworks.normalize`: knobs without effect set the
+framework's way) and checks every name it wrote against the framework's kept argument list
+(:func:`planner.frameworks.kept_args`). The readers give back that normalized plan:
+``from_x(to_x(p)) == normalize(x, p, model.num_layers)``.
+
+=============  ==============================  ===============================================
+framework      writer                          reader
+=============  ==============================  ===============================================
+megatron       :func:`to_megatron_args`        :func:`from_megatron_args` (args, num_gpus)
+deepspeed      :func:`to_deepspeed_config`,    :func:`from_deepspeed_config` (cfg, num_gpus,
+               :func:`to_deepspeed_pipeline`   seq_len, pipeline=..., flash_attention=...)
+torchtitan     :func:`to_torchtitan_toml`      :func:`from_torchtitan_toml` (text, num_layers)
+nemo           :func:`to_nemo_overrides`,      :func:`from_nemo_overrides` (dict or text)
+               :func:`nemo_overrides_text`
+=============  ==============================  ===============================================
+
+:func:`emit` wraps the four for the CLI: a :class:`LaunchConfig` with the ready-to-paste text, the data
+and the notes the configuration cannot carry (what stays the model code's or the user's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from pydantic import ValidationError
+
+from models.io import InputError, validation_message
+from models.spec import ModelSpec
+
+from . import frameworks as fw
+from .plan import Plan
+
+# ------------------------------------------------------------------ helpers
+
+
+def _plan(**kw) -> Plan:
+    try:
+        return Plan(**kw)
+    except ValidationError as exc:
+        raise InputError(f"plan: {validation_message(exc)}") from None
+
+
+def _unknown(framework: str, names: Iterable[str]) -> None:
+    """Guard: the writers only write names of the kept list (a failure here is a bug of this module)."""
+    known = fw.kept_args(framework)
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise RuntimeError(f"{framework}: emitted {bad} which the kept argument list does not have")
+
+
+def _uneven_pair(p: Plan) -> tuple[int | None, int | None]:
+    return p.first_stage_layers, p.last_stage_layers
+
+
+# ------------------------------------------------------------------ Megatron-LM
+
+_ACT_FLAG = {"swiglu": "--swiglu", "relu2": "--squared-relu", "geglu": "--quick-geglu"}
+_POS = {"learned": "learned_absolute", "rotary": "rope"}
+_NORM = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}
+_FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
+
+
+def megatron_parallel_args(p: Plan, num_layers: int) -> list[str]:
+    """The plan's flags (parallelism, batch, recomputation, precision, overlaps) for a normalized plan."""
+    a = ["--tensor-model-parallel-size", str(p.tp), "--pipeline-model-parallel-size", str(p.pp),
+         "--context-parallel-size", str(p.cp)]
+    if p.vpp > 1:
+        a += ["--num-virtual-stages-per-pipeline-rank", str(p.vpp)]
+    f, la = _uneven_pair(p)
+    if f is not None:
+        a += ["--decoder-first-pipeline-num-layers", str(f)]
+    if la is not None:
+        a += ["--decoder-last-pipeline-num-layers", str(la)]
+    if p.sequence_parallel:
+        a.append("--sequence-parallel")
+    if p.zero == 1:
+        a.append("--use-distributed-optimizer")
+    elif p.zero >= 2:
+        # Megatron-FSDP's required flags (Megatron-Core developer guide, Megatron-FSDP user guide).
+        a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", _FSDP_STRATEGY[p.zero],
+              "--use-distributed-optimizer", "--no-gradient-accumulation-fusion", "--ckpt-format", "fsdp_dtensor"]
+    a += ["--micro-batch-size", str(p.micro_batch), "--global-batch-size", str(p.global_batch),
+          "--seq-length", str(p.seq_len)]
+    if p.recompute == "selective":
+        a += ["--recompute-granularity", "selective", "--recompute-modules", "core_attn"]
+    elif p.recompute == "full":
+        if p.recompute_layers is None:
+            a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+        else:
+            a += ["--recompute-granularity", "full", "--recompute-method", "block",
+                  "--recompute-num-layers", str(p.recompute_layers // p.vpp)]
+    a += ["--attention-backend", "flash" if p.flash_attention else "unfused"]
+    if p.precision == "fp16":
+        a.append("--fp16")
+        if p.fp32_grads:
+            a.append("--accumulate-allreduce-grads-in-fp32")
+    else:
+        a.append("--bf16")
+        a.append("--accumulate-allreduce-grads-in-fp32" if p.fp32_grads else "--grad-reduce-in-bf16")
+        if p.precision == "fp8":
+            a += ["--fp8-format", "hybrid", "--fp8-recipe", "delayed"]
+    if p.overlap_grad_reduce:
+        a.append("--overlap-grad-reduce")
+    if p.overlap_param_gather:
+        a.append("--overlap-param-gather")
+    if p.overlap_tp_comm:
+        a.append("--tp-comm-overlap")
+    return a
+
+
+def megatron_model_args(m: ModelSpec, seq_len: int) -> list[str]:
+    """The model shape flags."""
+    a = ["--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
+         "--ffn-hidden-size", str(m.ffn_hidden_size), "--num-attention-heads", str(m.num_heads)]
+    if m.num_kv_heads != m.num_heads:
+        a += ["--group-query-attention", "--num-query-groups", str(m.num_kv_heads)]
+    if m.head_dim * m.num_heads != m.hidden_size:
+        a += ["--kv-channels", str(m.head_dim)]
+    a += ["--max-position-embeddings", str(max(seq_len, m.seq_len)),
+          "--position-embedding-type", _POS[m.position], "--normalization", _NORM[m.norm]]
+    if m.activation in _ACT_FLAG:
+        a.append(_ACT_FLAG[m.activation])
+    if not m.bias:
+        a.append("--disable-bias-linear")
+        if m.qkv_bias:
+            a.append("--add-qkv-bias")
+    if not m.tied_embeddings:
+        a.append("--untie-embeddings-and-output-weights")
+    if not m.dropout:
+        a += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
+    a += ["--vocab-size", str(m.vocab_size)]
+    return a
+
+
+def to_megatron_args(plan: Plan, model: ModelSpec, cluster=None) -> list[str]:
+    """Megatron-LM ``pretrain_gpt.py`` flags for the plan and the model's shape.
+
+    Tokenizer, data, optimizer, schedule, checkpoint and logging flags stay the user's. ZeRO 2/3 are
+    Megatron-FSDP (with its required ``--ckpt-format fsdp_dtensor``).
+    """
+    p = fw.require("megatron", plan, model, cluster)
+    args = megatron_parallel_args(p, model.num_layers) + megatron_model_args(model, p.seq_len)
+    _unknown("megatron", [a for a in args if a.startswith("--")])
+    megatron_parser().parse_args(args)  # the flags take the values they are given (kinds and choices)
+    return args
+
+
+def megatron_parser() -> argparse.ArgumentParser:
+    """An argparse parser of the kept Megatron-LM flags (kinds and choices as in arguments.py)."""
+    ps = argparse.ArgumentParser(prog="pretrain_gpt.py", add_help=False, allow_abbrev=False)
+    for spec in fw.kept_args("megatron").values():
+        dest = spec.name[2:].replace("-", "_")
+        if spec.kind == "flag":
+            ps.add_argument(spec.name, dest=dest, action="store_true")
+        elif spec.kind == "list":
+            ps.add_argument(spec.name, dest=dest, nargs="*")
+        else:
+            typ = {"int": int, "float": float}.get(spec.kind, str)
+            ps.add_argument(spec.name, dest=dest, type=typ, choices=[typ(c) for c in spec.choices] or None)
+    return ps
+
+
+def from_megatron_args(args: Sequence[str], num_gpus: int) -> Plan:
+    """The plan of Megatron-LM flags (``num_gpus``: the world size, which the flags do not carry).
+
+    Flags outside the kept list are ignored; the ones a plan needs must be there (micro/global batch,
+    sequence length).
+    """
+    try:
+        ns, _ = megatron_parser().parse_known_args(list(args))
+    except SystemExit:
+        raise InputError("megatron: the flags do not parse (a value is missing or not one of its choices)") from None
+    for need in ("micro_batch_size", "global_batch_size", "seq_length"):
+        if getattr(ns, need) is None:
+            raise InputError(f"megatron: --{need.replace('_', '-')} is missing")
+    tp, pp, cp = ns.tensor_model_parallel_size or 1, ns.pipeline_model_parallel_size or 1, ns.context_parallel_size or 1
+    if num_gpus % (tp * pp * cp):
+        raise InputError(f"megatron: num_gpus {num_gpus} is not a multiple of tp*pp*cp ({tp}*{pp}*{cp})")
+    vpp = ns.num_virtual_stages_per_pipeline_rank or 1
+    if ns.num_layers_per_virtual_pipeline_stage:
+        if not ns.num_layers:
+            raise InputError("megatron: --num-layers-per-virtual-pipeline-stage needs --num-layers")
+        vpp = ns.num_layers // pp // ns.num_layers_per_virtual_pipeline_stage
+    if ns.use_megatron_fsdp:
+        strategy = ns.data_parallel_sharding_strategy or "no_shard"
+        zero = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}[strategy]
+    else:
+        zero = 1 if ns.use_distributed_optimizer else 0
+    recompute, rc_layers = "none", None
+    gran = "selective" if ns.recompute_activations else ns.recompute_granularity
+    if gran == "selective":
+        recompute = "selective"
+    elif gran == "full":
+        recompute = "full"
+        if ns.recompute_method == "block":
+            rc_layers = (ns.recompute_num_layers or 0) * vpp
+        elif ns.recompute_method == "uniform" and (ns.recompute_num_layers or 1) != 1:
+            raise InputError("megatron: --recompute-method uniform with --recompute-num-layers > 1 is not a plan "
+                             "(the plan recomputes each layer, or k layers per stage with block)")
+    precision = "fp16" if ns.fp16 else "bf16"
+    if ns.fp8_format:
+        precision = "fp8"
+    if precision == "fp16":
+        fp32_grads = bool(ns.accumulate_allreduce_grads_in_fp32)
+    else:
+        fp32_grads = not ns.grad_reduce_in_bf16
+    backend = ns.attention_backend or "auto"
+    return _plan(
+        num_gpus=num_gpus, tp=tp, pp=pp, cp=cp, vpp=vpp, zero=zero, micro_batch=ns.micro_batch_size,
+        global_batch=ns.global_batch_size, seq_len=ns.seq_length, recompute=recompute, recompute_layers=rc_layers,
+        sequence_parallel=bool(ns.sequence_parallel) and tp > 1, flash_attention=backend != "unfused",
+        precision=precision, fp32_grads=fp32_grads, overlap_grad_reduce=bool(ns.overlap_grad_reduce),
+        overlap_param_gather=bool(ns.overlap_param_gather), overlap_tp_comm=bool(ns.tp_comm_overlap),
+        first_stage_layers=ns.decoder_first_pipeline_num_layers, last_stage_layers=ns.decoder_last_pipeline_num_layers,
+    )
+
+
+# ------------------------------------------------------------------ DeepSpeed
+
+#: DeepSpeed 0.19.8 DeepSpeedZeroConfig.prefetch_bucket_size default (runtime/zero/config.py).
+DS_PREFETCH_BUCKET = 50_000_000
+_DS_DTYPE = {"bf16": "bf16", "fp16": "fp16"}
+
+
+def _flatten(d: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        out.append(key)
+        if isinstance(v, dict):
+            out += _flatten(v, key + ".")
+    return out
+
+
+def to_deepspeed_config(plan: Plan, model: ModelSpec, cluster=None) -> dict:
+    """The DeepSpeed config (the JSON given to ``deepspeed.initialize``) for the plan.
+
+    With ``pp > 1`` the model must be a ``PipelineModule``; :func:`to_deepspeed_pipeline` has its arguments.
+    The sequence length, the attention kernel and the layers' checkpoint calls are the model code's.
+    """
+    p = fw.require("deepspeed", plan, model, cluster)
+    cfg: dict[str, Any] = {
+        "train_batch_size": p.global_batch,
+        "train_micro_batch_size_per_gpu": p.micro_batch,
+        "gradient_accumulation_steps": p.grad_accum,
+    }
+    if p.precision == "fp16":
+        cfg["fp16"] = {"enabled": True, "loss_scale": 0}
+    else:
+        cfg["bf16"] = {"enabled": True}
+    zero: dict[str, Any] = {"stage": p.zero}
+    if p.zero >= 1:
+        zero["overlap_comm"] = p.overlap_grad_reduce
+        zero["reduce_scatter"] = True
+        zero["contiguous_gradients"] = p.zero >= 2
+        if p.zero == 3:
+            zero["stage3_prefetch_bucket_size"] = DS_PREFETCH_BUCKET if p.overlap_param_gather else 0
+    cfg["zero_optimization"] = zero
+    if p.zero >= 1:
+        cfg["data_types"] = {"grad_accum_dtype": "fp32" if p.fp32_grads else _DS_DTYPE[p.precision]}
+    if p.tp > 1:
+        cfg["tensor_parallel"] = {"autotp_size": p.tp, "tp_overlap_comm": p.overlap_tp_comm,
+                                  "dtype": _DS_DTYPE[p.precision]}
+    if p.recompute == "full":
+        cfg["activation_checkpointing"] = {"partition_activations": False, "contiguous_memory_optimization": False,
+                                           "cpu_checkpointing": False}
+    _unknown("deepspeed", _flatten(cfg))
+    return cfg
+
+
+def to_deepspeed_pipeline(plan: Plan, model: ModelSpec, layer_class: str = "TransformerLayer",
+                          cluster=None) -> dict | None:
+    """What the pipeline engine needs when ``pp > 1`` (None otherwise): the ``deepspeed.pipe.PipelineModule``
+    keyword arguments and its topology (``PipeModelDataParallelTopology(num_pp, num_mp, num_dp)``).
+
+    ``partition_method`` ``type:<layer_class>`` balances the transformer layers only (the embedding and
+    head layers of the layer list weigh nothing), which splits them evenly as the plan does.
+    """
+    p = fw.require("deepspeed", plan, model, cluster)
+    if p.pp == 1:
+        return None
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", layer_class):
+        raise InputError(f"layer_class: {layer_class!r} is not a Python class name")
+    out = {
+        "num_stages": p.pp,
+        "topology": {"num_pp": p.pp, "num_mp": p.tp, "num_dp": p.dp},
+        "partition_method": f"type:{layer_class}",
+        "activation_checkpoint_interval": 1 if p.recompute == "full" else 0,
+    }
+    _unknown("deepspeed", ["PipelineModule." + k for k in out] +
+             ["PipeModelDataParallelTopology." + k for k in out["topology"]])
+    return out
+
+
+def from_deepspeed_config(cfg: dict, num_gpus: int, seq_len: int, pipeline: dict | None = None,
+                          flash_attention: bool = True) -> Plan:
+    """The plan of a DeepSpeed config (+ the pipeline arguments when pp > 1).
+
+    ``num_gpus`` is the world size; ``seq_len`` and ``flash_attention`` are the model code's, which the
+    config does not carry.
+    """
+    if not isinstance(cfg, dict):
+        raise InputError("deepspeed: the config is not a mapping")
+    try:
+        gb, mb = int(cfg["train_batch_size"]), int(cfg["train_micro_batch_size_per_gpu"])
+        gas = int(cfg.get("gradient_accumulation_steps", 1))
+    except (KeyError, TypeError, ValueError):
+        raise InputError("deepspeed: train_batch_size and train_micro_batch_size_per_gpu are needed") from None
+    if gb % (mb * gas):
+        raise InputError(f"deepspeed: train_batch_size {gb} is not micro {mb} x accumulation {gas} x dp")
+    dp = gb // (mb * gas)
+    pipe = pipeline or {}
+    pp = int(pipe.get("num_stages", 1))
+    tp = int((cfg.get("tensor_parallel") or {}).get("autotp_size") or 0) or int(
+        (pipe.get("topology") or {}).get("num_mp", 1))
+    tp = max(tp, 1)
+    if tp * pp * dp != num_gpus:
+        raise InputError(f"deepspeed: tp*pp*dp ({tp}*{pp}*{dp}) is not num_gpus {num_gpus}")
+    precision = "fp16" if (cfg.get("fp16") or {}).get("enabled") else "bf16"
+    zcfg = cfg.get("zero_optimization") or {}
+    zero = int(zcfg.get("stage", 0))
+    if zero == 0:
+        fp32_grads = pp > 1 and precision != "fp16"
+        ovl_grad = False
+        ovl_param = False
+    else:
+        gad = (cfg.get("data_types") or {}).get("grad_accum_dtype")
+        fp32_grads = gad in ("fp32", "float32", "float", "torch.float32")
+        ovl_grad = bool(zcfg.get("overlap_comm", zero == 3))
+        ovl_param = zero == 3 and int(zcfg.get("stage3_prefetch_bucket_size",
+                                               zcfg.get("prefetch_bucket_size", DS_PREFETCH_BUCKET))) > 0
+    if pp > 1:
+        recompute = "full" if int(pipe.get("activation_checkpoint_interval", 0)) > 0 else "none"
+    else:
+        recompute = "full" if "activation_checkpointing" in cfg else "none"
+    tpc = cfg.get("tensor_parallel") or {}
+    return _plan(
+        num_gpus=num_gpus, tp=tp, pp=pp, dp=dp, cp=1, vpp=1, zero=zero, micro_batch=mb, global_batch=gb,
+        seq_len=seq_len, recompute=recompute, sequence_parallel=False, flash_attention=flash_attention,
+        precision=precision, fp32_grads=fp32_grads, overlap_grad_reduce=ovl_grad, overlap_param_gather=ovl_param,
+        overlap_tp_comm=bool(tpc.get("tp_overlap_comm", False)) and tp > 1,
+    )
+
+
+# ------------------------------------------------------------------ torchtitan
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(type(v).__name__)
+
+
+def torchtitan_sections(plan: Plan, model: ModelSpec, cluster=None) -> dict[str, dict[str, Any]]:
+    """The TOML sections as data (section -> key -> value)."""
+    p = fw.require("torchtitan", plan, model, cluster)
+    L = model.num_layers
+    fsdp = p.zero == 3 and (p.dp > 1 or p.cp > 1)
+    par: dict[str, Any] = {
+        "data_parallel_replicate_degree": 1 if fsdp else p.dp,
+        "data_parallel_shard_degree": p.dp if fsdp else 1,
+    }
+    if fsdp:
+        par["fsdp_reshard_after_forward"] = "always"
+    par["tensor_parallel_degree"] = p.tp
+    if p.tp > 1:
+        par["enable_async_tensor_parallel"] = p.overlap_tp_comm
+    par["pipeline_parallel_degree"] = p.pp
+    if p.pp > 1:
+        iw, ow, lps = fw.titan_layout(p, L)
+        par["pipeline_parallel_schedule"] = "Interleaved1F1B" if p.vpp > 1 else "1F1B"
+        par["pipeline_parallel_microbatch_size"] = p.micro_batch
+        par["pipeline_parallel_first_stage_less_layers"] = iw
+        par["pipeline_parallel_last_stage_less_layers"] = ow
+        if lps is not None:
+            par["pipeline_parallel_layers_per_stage"] = lps
+    par["context_parallel_degree"] = p.cp
+    training = {
+        "local_batch_size": p.micro_batch * (p.grad_accum if p.pp > 1 else 1),
+        "global_batch_size": p.global_batch,
+        "seq_len": p.seq_len,
+        "mixed_precision_param": "bfloat16",
+        "mixed_precision_reduce": "float32",
+    }
+    if p.recompute == "none":
+        ac = {"mode": "none"}
+    elif p.recompute_layers is None:
+        ac = {"mode": "full"} if p.recompute == "full" else {"mode": "selective", "selective_ac_option": "op"}
+    else:
+        ac = {"mode": "selective", "selective_ac_option": str(fw.titan_ac_freq(p, L))}
+    out: dict[str, dict[str, Any]] = {"training": training, "parallelism": par, "activation_checkpoint": ac}
+    if p.tp > 1 and p.overlap_tp_comm:
+        out["compile"] = {"enable": True, "components": ["model", "loss"]}
+    if p.precision == "fp8":
+        out["model"] = {"converters": ["quantize.linear.float8"]}
+        out["quantize.linear.float8"] = {"recipe_name": "tensorwise"}
+    _unknown("torchtitan", [f"{s}.{k}" for s, kv in out.items() for k in kv])
+    return out
+
+
+def to_torchtitan_toml(plan: Plan, model: ModelSpec, cluster=None) -> str:
+    """The torchtitan (0.2.x) job TOML sections for the plan: ``[training]``, ``[parallelism]``,
+    ``[activation_checkpoint]``, and ``[compile]`` / ``[model]`` + ``[quantize.linear.float8]`` when async TP
+    or float8 need them. The model itself (``[model] name/flavor``, its shape) is torchtitan's registry."""
+    secs = torchtitan_sections(plan, model, cluster)
+    lines = [f"# torchtitan job config sections written by plan-search ({fw.VERSIONS['torchtitan']})"]
+    for name, kv in secs.items():
+        lines += ["", f"[{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in kv.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _parse_toml(text: str) -> dict:
+    try:
+        import tomllib  # Python 3.11+
+    except ModuleNotFoundError:  # pragma: no cover - Python 3.10: the subset this module writes
+        return _parse_toml_subset(text)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"torchtitan: not valid TOML ({exc})") from None
+
+
+def _parse_toml_subset(text: str) -> dict:
+    root: dict = {}
+    cur = root
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip() if not raw.strip().startswith('"') else raw.strip()
+        if not line:
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            cur = root
+            for part in line[1:-1].strip().split("."):
+                cur = cur.setdefault(part.strip(), {})
+            continue
+        if "=" not in line:
+            raise InputError(f"torchtitan: line {n} is not key = value")
+        k, v = (s.strip() for s in line.split("=", 1))
+        v = v.replace("true", "True").replace("false", "False")
+        try:
+            cur[k] = ast.literal_eval(v)
+        except (ValueError, SyntaxError):
+            raise InputError(f"torchtitan: line {n}: value {v!r} is not understood") from None
+    return root
+
+
+def from_torchtitan_toml(text: str, num_layers: int) -> Plan:
+    """The plan of a torchtitan job TOML (``num_layers``: the model's, to read the pipeline split)."""
+    d = _parse_toml(text)
+    par, tr = d.get("parallelism") or {}, d.get("training") or {}
+    ac = d.get("activation_checkpoint") or {}
+    rep = int(par.get("data_parallel_replicate_degree", 1))
+    shard = int(par.get("data_parallel_shard_degree", -1))
+    if shard < 1:
+        raise InputError("torchtitan: give data_parallel_shard_degree explicitly (-1 depends on the world size)")
+    if rep > 1 and shard > 1:
+        raise InputError("torchtitan: HSDP (replicate and shard both > 1) is not a plan of this planner")
+    tp, pp, cp = (int(par.get(k, 1)) for k in ("tensor_parallel_degree", "pipeline_parallel_degree",
+                                                 "context_parallel_degree"))
+    dp = rep * shard
+    zero = 3 if (shard > 1 or cp > 1) else 0
+    lb = int(tr.get("local_batch_size", 8))
+    gb = int(tr.get("global_batch_size", -1))
+    if gb < 0:
+        gb = lb * dp
+    schedule = str(par.get("pipeline_parallel_schedule", "1F1B"))
+    vpp, first, last = 1, None, None
+    if pp > 1:
+        mb = int(par.get("pipeline_parallel_microbatch_size", 1))
+        iw = int(par.get("pipeline_parallel_first_stage_less_layers", 1))
+        ow = int(par.get("pipeline_parallel_last_stage_less_layers", 1))
+        lps = par.get("pipeline_parallel_layers_per_stage")
+        single = schedule.lower() in ("1f1b", "gpipe", "pipelineschedulesingle")
+        if lps is not None:
+            stages = math.ceil((num_layers + iw + ow) / int(lps))
+        else:
+            stages = pp * (1 if single else 2)
+        if stages % pp:
+            raise InputError(f"torchtitan: {stages} virtual stages do not divide over pp {pp}")
+        vpp = stages // pp
+        split = fw.titan_split(stages, num_layers, iw, ow)
+        if split is None or sum(split) != num_layers:
+            raise InputError("torchtitan: the pipeline split does not place every layer")
+        totals = fw._rank_totals(split, pp)
+        if len(set(totals)) > 1:
+            first, last = totals[0], totals[-1]
+    else:
+        mb = lb
+    recompute, rc_layers = "none", None
+    mode = ac.get("mode", "selective")
+    option = str(ac.get("selective_ac_option", "2"))
+    if mode == "full":
+        recompute = "full"
+    elif mode == "selective":
+        if option == "op":
+            recompute = "selective"
+        elif option.isdigit() and int(option) > 0:
+            recompute = "full"
+            n = int(option)
+            probe = _plan(num_gpus=pp, pp=pp, dp=1, global_batch=1, seq_len=1, recompute="none",
+                          first_stage_layers=first, last_stage_layers=last) if pp > 1 else None
+            totals = fw.rank_layers(probe, num_layers) if probe else [num_layers]
+            rc_layers = max(t // n for t in totals)
+        else:
+            raise InputError(f"torchtitan: selective_ac_option {option!r} is neither 'op' nor a positive integer")
+    elif mode != "none":
+        raise InputError(f"torchtitan: activation_checkpoint.mode {mode!r} is not a plan (none, full, selective)")
+    converters = (d.get("model") or {}).get("converters") or []
+    precision = "fp8" if any("float8" in c for c in converters) else "bf16"
+    if tr.get("mixed_precision_param", "bfloat16") != "bfloat16" and precision != "fp8":
+        raise InputError("torchtitan: mixed_precision_param float32 is not a plan (bf16 or fp8)")
+    return _plan(
+        num_gpus=dp * tp * pp * cp, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero, micro_batch=mb,
+        global_batch=gb, seq_len=int(tr.get("seq_len", 2048)), recompute=recompute, recompute_layers=rc_layers,
+        sequence_parallel=tp > 1, flash_attention=True, precision=precision, fp32_grads=True,
+        overlap_grad_reduce=True, overlap_param_gather=True,
+        overlap_tp_comm=bool(par.get("enable_async_tensor_parallel", False)) and tp > 1,
+        first_stage_layers=first, last_stage_layers=last,
+    )
+
+
+# ------------------------------------------------------------------ NeMo 2.0
+
+
+def to_nemo_overrides(plan: Plan, model: ModelSpec, cluster=None, gpus_per_node: int | None = None) -> dict:
+    """NeMo 2.0 overrides of a pretraining recipe (``nemo llm pretrain --factory <recipe> k=v ...`` or
+    ``recipe.<path> = value`` in Python): trainer size, ``MegatronStrategy`` and its DDP config, the
+    precision plugin, the optimizer's distributed flag, the data module's batch and the model config's
+    shape and recomputation. Use a recipe of the model's family: activation, norm, position embedding
+    and tokenizer stay the recipe's.
+    """
+    p = fw.require("nemo", plan, model, cluster)
+    g = gpus_per_node or (cluster.node.gpus_per_node if cluster is not None else 8)
+    devices = min(p.num_gpus, g)
+    if p.num_gpus % devices:
+        raise InputError(f"nemo: nemo-devices: {p.num_gpus} GPUs are not whole nodes of {devices}")
+    o: dict[str, Any] = {
+        "trainer.num_nodes": p.num_gpus // devices,
+        "trainer.devices": devices,
+        "trainer.strategy.tensor_model_parallel_size": p.tp,
+        "trainer.strategy.pipeline_model_parallel_size": p.pp,
+        "trainer.strategy.virtual_pipeline_model_parallel_size": p.vpp if p.vpp > 1 else None,
+        "trainer.strategy.context_parallel_size": p.cp,
+        "trainer.strategy.sequence_parallel": p.sequence_parallel,
+        "trainer.strategy.num_layers_in_first_pipeline_stage": p.first_stage_layers,
+        "trainer.strategy.num_layers_in_last_pipeline_stage": p.last_stage_layers,
+        "trainer.strategy.ddp.overlap_grad_reduce": p.overlap_grad_reduce,
+        "trainer.strategy.ddp.overlap_param_gather": p.overlap_param_gather,
+        "trainer.strategy.ddp.grad_reduce_in_fp32": p.fp32_grads,
+    }
+    if p.zero >= 2:
+        o["trainer.strategy.fsdp"] = "megatron"
+        o["trainer.strategy.ddp.data_parallel_sharding_strategy"] = _FSDP_STRATEGY[p.zero]
+        o["trainer.strategy.ddp.average_in_collective"] = False
+        o["trainer.strategy.save_ckpt_format"] = "fsdp_dtensor"
+        o["model.config.gradient_accumulation_fusion"] = False
+    else:
+        o["trainer.strategy.fsdp"] = None
+    o["optim.config.use_distributed_optimizer"] = p.zero >= 1
+    o["trainer.plugins.precision"] = "16-mixed" if p.precision == "fp16" else "bf16-mixed"
+    o["trainer.plugins.grad_reduce_in_fp32"] = p.fp32_grads
+    o["trainer.plugins.fp8"] = "hybrid" if p.precision == "fp8" else None
+    if p.precision == "fp8":
+        o["trainer.plugins.fp8_recipe"] = "delayed"
+    o["data.seq_length"] = p.seq_len
+    o["data.micro_batch_size"] = p.micro_batch
+    o["data.global_batch_size"] = p.global_batch
+    m = model
+    o.update({
+        "model.config.num_layers": m.num_layers,
+        "model.config.hidden_size": m.hidden_size,
+        "model.config.ffn_hidden_size": m.ffn_hidden_size,
+        "model.config.num_attention_heads": m.num_heads,
+        "model.config.num_query_groups": m.num_kv_heads,
+        "model.config.kv_channels": m.head_dim,
+        "model.config.seq_length": p.seq_len,
+    })
+    if p.recompute == "none":
+        o.update({"model.config.recompute_granularity": None, "model.config.recompute_method": None,
+                  "model.config.recompute_num_layers": None})
+    elif p.recompute == "selective":
+        o.update({"model.config.recompute_granularity": "selective", "model.config.recompute_method": None,
+                  "model.config.recompute_num_layers": None})
+    elif p.recompute_layers is None:
+        o.update({"model.config.recompute_granularity": "full", "model.config.recompute_method": "uniform",
+                  "model.config.recompute_num_layers": 1})
+    else:
+        o.update({"model.config.recompute_granularity": "full", "model.config.recompute_method": "block",
+                  "model.config.recompute_num_layers": p.recompute_layers // p.vpp})
+    _unknown("nemo", o)
+    return o
+
+
+def _cli_value(v) -> str:
+    if v is None or isinstance(v, (bool, int, float)):
+        return repr(v)
+    s = str(v)
+    return s if re.fullmatch(r"[A-Za-z0-9_.\-]+", s) else repr(s)
+
+
+def nemo_overrides_text(overrides: dict) -> str:
+    """The overrides as ``key=value`` tokens for ``nemo llm pretrain --factory <recipe> ...``."""
+    return " ".join(f"{k}={_cli_value(v)}" for k, v in overrides.items())
+
+
+def parse_nemo_overrides(text: str) -> dict:
+    out = {}
+    for tok in text.split():
+        if "=" not in tok:
+            continue  # the command words (nemo llm pretrain --factory x)
+        k, v = tok.split("=", 1)
+        try:
+            out[k] = ast.literal_eval(v)
+        except (ValueError, SyntaxError):
+            out[k] = v
+    return out
+
+
+def from_nemo_overrides(overrides: dict | str) -> Plan:
+    """The plan of NeMo 2.0 recipe overrides (a dict of dotted paths, or their ``key=value`` text)."""
+    o = parse_nemo_overrides(overrides) if isinstance(overrides, str) else dict(overrides)
+    g = lambda k, d=None: o.get(k, d)  # noqa: E731
+    s = "trainer.strategy."
+    try:
+        num_gpus = int(g("trainer.num_nodes", 1)) * int(g("trainer.devices"))
+        mb, gb, seq = int(g("data.micro_batch_size")), int(g("data.global_batch_size")), int(g("data.seq_length"))
+    except (TypeError, ValueError):
+        raise InputError("nemo: trainer.devices, data.micro_batch_size, data.global_batch_size and "
+                         "data.seq_length are needed") from None
+    if g(s + "fsdp") == "megatron":
+        zero = {"optim_grads": 2, "optim_grads_params": 3, "optim": 1, "no_shard": 0}[
+            g(s + "ddp.data_parallel_sharding_strategy", "optim_grads_params")]
+    else:
+        zero = 1 if g("optim.config.use_distributed_optimizer", True) else 0
+    gran = g("model.config.recompute_granularity")
+    recompute, rc_layers = "none", None
+    vpp = int(g(s + "virtual_pipeline_model_parallel_size") or 1)
+    if gran == "selective":
+        recompute = "selective"
+    elif gran == "full":
+        recompute = "full"
+        if g("model.config.recompute_method") == "block":
+            rc_layers = int(g("model.config.recompute_num_layers")) * vpp
+    precision = "fp16" if g("trainer.plugins.precision") == "16-mixed" else "bf16"
+    if g("trainer.plugins.fp8"):
+        precision = "fp8"
+    tp = int(g(s + "tensor_model_parallel_size", 1))
+    return _plan(
+        num_gpus=num_gpus, tp=tp, pp=int(g(s + "pipeline_model_parallel_size", 1)),
+        cp=int(g(s + "context_parallel_size", 1)), vpp=vpp, zero=zero, micro_batch=mb, global_batch=gb,
+        seq_len=seq, recompute=recompute, recompute_layers=rc_layers,
+        sequence_parallel=bool(g(s + "sequence_parallel", False)) and tp > 1, flash_attention=True,
+        precision=precision, fp32_grads=bool(g(s + "ddp.grad_reduce_in_fp32", g("trainer.plugins.grad_reduce_in_fp32", True))),
+        overlap_grad_reduce=bool(g(s + "ddp.overlap_grad_reduce", False)),
+        overlap_param_gather=bool(g(s + "ddp.overlap_param_gather", False)), overlap_tp_comm=False,
+        first_stage_layers=g(s + "num_layers_in_first_pipeline_stage"),
+        last_stage_layers=g(s + "num_layers_in_last_pipeline_stage"),
+    )
+
+
+# ------------------------------------------------------------------ one entry point
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """One framework's launch configuration of a plan."""
+
+    framework: str
+    version: str
+    kind: str  # argv | json | toml | overrides
+    text: str
+    data: Any
+    extra: Any = None  # DeepSpeed: the PipelineModule arguments when pp > 1
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def as_json(self) -> dict:
+        return {"framework": self.framework, "version": self.version, "kind": self.kind, "config": self.data,
+                "pipeline_module": self.extra, "notes": list(self.notes), "text": self.text}
+
+
+def _notes(framework: str, p: Plan, m: ModelSpec) -> list[str]:
+    n = []
+    if framework == "megatron":
+        if (p.tp > 1 or p.cp > 1) and p.zero < 2:
+            n.append("export CUDA_DEVICE_MAX_CONNECTIONS=1 (arguments.py asserts it with tp or cp > 1 before "
+                     "Blackwell)")
+        if p.zero >= 2:
+            n.append("leave CUDA_DEVICE_MAX_CONNECTIONS unset (arguments.py asserts it is not 1 with Megatron-FSDP)")
+        if m.activation == "geglu":
+            n.append("geglu is written as --quick-geglu, Megatron-LM's gated-GELU flag")
+        n.append("tokenizer, data, optimizer, schedule, checkpoint and logging flags are yours")
+    elif framework == "deepspeed":
+        n.append("seq_len and the attention kernel are the model code's (the config does not carry them)")
+        if p.recompute == "full" and p.pp == 1:
+            n.append("the model code must wrap each layer in deepspeed.checkpointing.checkpoint")
+        if p.tp > 1:
+            n.append("tensor parallelism is AutoTP: the model must be one AutoTP can shard (e.g. Hugging Face)")
+        if p.pp > 1:
+            n.append("build the model as deepspeed.pipe.PipelineModule(layers, **pipeline_module, "
+                     "topology=PipeModelDataParallelTopology(**topology)); the layer class name sets partition_method")
+    elif framework == "torchtitan":
+        n.append("[model] name/flavor must be a torchtitan model of this shape; the shape is not a TOML key")
+        if p.cp > 1:
+            n.append("context parallelism exchanges K/V by all-gather (context_parallel_rotate_method)")
+    elif framework == "nemo":
+        n.append("apply to a pretraining recipe of the model's family, e.g. nemo llm pretrain --factory <recipe> "
+                 "<overrides>; activation, norm, position embedding and tokenizer are the recipe's")
+    return n
+
+
+def emit(framework: str, plan: Plan, model: ModelSpec, cluster=None) -> LaunchConfig:
+    """The launch configuration of ``plan`` for ``framework`` (refused with the rule when it cannot run)."""
+    f = fw._known(framework)
+    p = fw.require(f, plan, model, cluster)
+    ver = fw.VERSIONS[f]
+    notes = tuple(_notes(f, p, model))
+    if f == "megatron":
+        args = to_megatron_args(plan, model, cluster)
+        lines, i = [], 0
+        while i < len(args):
+            if i + 1 < len(args) and not args[i + 1].startswith("--"):
+                lines.append(f"{args[i]} {args[i + 1]}")
+                i += 2
+            else:
+                lines.append(args[i])
+                i += 1
+        text = " \\\n".join(lines)
+        return LaunchConfig(f, ver, "argv", text, args, None, notes)
+    if f == "deepspeed":
+        cfg = to_deepspeed_config(plan, model, cluster)
+        pipe = to_deepspeed_pipeline(plan, model, cluster=cluster)
+        text = json.dumps(cfg, indent=2)
+        if pipe is not None:
+            text += "\n# PipelineModule arguments (pp > 1):\n" + json.dumps(pipe, indent=2)
+        return LaunchConfig(f, ver, "json", text, cfg, pipe, notes)
+    if f == "torchtitan":
+        text = to_torchtitan_toml(plan, model, cluster)
+        return LaunchConfig(f, ver, "toml", text, torchtitan_sections(plan, model, cluster), None, notes)
+    o = to_nemo_overrides(plan, model, cluster)
+    text = "\n".join(f"{k}={_cli_value(v)}" for k, v in o.items())
+    return LaunchConfig(f, ver, "overrides", text, o, None, notes)

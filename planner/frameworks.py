@@ -1,0 +1,626 @@
+"""What each training framework can run: its rules, written down once, with the version they come from.
+
+Four frameworks, each read at one version (``VERSIONS``):
+
+- ``megatron``: Megatron-LM ``megatron/training/arguments.py`` at commit ``000c4ac2`` (its flags and
+  ``validate_args``) and Megatron-Core 0.16.1 (``TransformerConfig.__post_init__``, ``TransformerBlock``,
+  the pipeline schedules), which it runs on.
+- ``deepspeed``: DeepSpeed 0.19.8 (``runtime/pipe/engine.py``, ``runtime/engine.py``, ``runtime/config.py``,
+  ``runtime/zero``, ``runtime/tensor_parallel``).
+- ``torchtitan``: torchtitan 0.2.2, the last release configured by a TOML job file
+  (``config/job_config.py``, ``distributed/parallel_dims.py``, ``distributed/pipeline_parallel.py``,
+  ``distributed/activation_checkpoint.py``, ``models/llama3/infra/parallelize.py``, ``train.py``), with
+  PyTorch 2.13's ``torch.distributed.pipelining`` schedules.
+- ``nemo``: NeMo 2.0 as nemo-toolkit 2.7.3 (``nemo.lightning.MegatronStrategy``,
+  ``MegatronMixedPrecision``, the ``llm`` recipes) on Megatron-Core 0.16.1 — Megatron's rules plus NeMo's.
+
+How ZeRO stages map (the plan's ``zero``, :mod:`planner.plan`):
+
+============  ==============================  ===========================  ===========  ==========
+zero          megatron                        nemo                         deepspeed    torchtitan
+============  ==============================  ===========================  ===========  ==========
+0             DDP                             DDP                          stage 0      DDP (1-D)
+1             ``--use-distributed-optimizer`` ``optim.config.use_distri``  stage 1      --
+2             Megatron-FSDP ``optim_grads``   ``fsdp=megatron`` optim_grads stage 2      --
+3             Megatron-FSDP ``optim_grads_    ``fsdp=megatron``            stage 3      FSDP2
+              params``                        optim_grads_params
+============  ==============================  ===========================  ===========  ==========
+
+Megatron's distributed optimizer is ZeRO-1 (optimizer states sharded, gradients reduce-scattered into a
+full buffer); ZeRO-2/3 exist only as Megatron-FSDP's sharding strategies. torch FSDP2 inside Megatron
+(``--use-torch-fsdp2``) is not used: it is ZeRO-3 too but refuses pipeline parallelism, fp16 and tied
+embeddings, and Megatron-FSDP covers the same plans.
+
+The API:
+
+- :func:`check` ``(framework, plan, model, cluster=None) -> list[Violation]``: every rule the plan breaks
+  (empty: the framework can run it). :func:`require` raises :class:`~models.io.InputError` naming the first.
+- :func:`normalize` ``(framework, plan)``: the same plan with the knobs that have no effect (see
+  ``_inert``) set to the value the framework's configuration carries; the emitters write this plan and the
+  readers give it back, so ``from_x(to_x(p)) == normalize(x, p)``.
+- :func:`conform` ``(framework, plan)``: the plan with the knobs the framework decides by itself
+  (sequence parallelism, gradient precision, the overlaps, the attention kernel) set its way; degrees,
+  batch, recomputation, precision and ZeRO stage unchanged. A search can conform each candidate, then check.
+- :func:`allowed` ``(framework) -> Capabilities``: the knob space a search may use, and
+  :meth:`Capabilities.knobs` to narrow a :class:`~planner.request.Knobs`.
+- :func:`kept_args` ``(framework)``: the argument/key list kept in ``planner/data/framework_args`` (each
+  file names its source), which the emitters validate every name against.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from models.io import InputError
+from models.spec import ModelSpec
+
+from .plan import Plan
+
+FRAMEWORKS = ("megatron", "deepspeed", "torchtitan", "nemo")
+
+MEGATRON_ARGS_COMMIT = "000c4ac24f61159c138b0975def722c65245983c"
+VERSIONS = {
+    "megatron": f"Megatron-LM arguments.py @ {MEGATRON_ARGS_COMMIT[:8]} on Megatron-Core 0.16.1",
+    "deepspeed": "DeepSpeed 0.19.8",
+    "torchtitan": "torchtitan 0.2.2 (TOML job config) with PyTorch 2.13 pipelining",
+    "nemo": "NeMo 2.0 (nemo-toolkit 2.7.3) on Megatron-Core 0.16.1",
+}
+
+# Sources, named once.
+_MLM = f"Megatron-LM megatron/training/arguments.py@{MEGATRON_ARGS_COMMIT[:8]}"
+_MC = "megatron-core 0.16.1"
+_DS = "deepspeed 0.19.8"
+_TT = "torchtitan 0.2.2"
+_NM = "nemo-toolkit 2.7.3"
+
+DATA_DIR = Path(__file__).with_name("data") / "framework_args"
+
+
+def _known(framework: str) -> str:
+    fw = (framework or "").strip().lower()
+    if fw not in FRAMEWORKS:
+        raise InputError(f"framework: {framework!r} is not one of {', '.join(FRAMEWORKS)}")
+    return fw
+
+
+# ------------------------------------------------------------------ rules
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One thing a framework cannot do, in its own words, and where that is written."""
+
+    id: str
+    framework: str
+    text: str
+    source: str
+    test: Callable = field(repr=False, compare=False)  # (plan, model, cluster) -> detail str or None
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: Rule
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.rule.id}: {self.rule.text} ({self.detail})"
+
+
+def _uneven(p: Plan) -> bool:
+    return p.pp > 1 and (p.first_stage_layers is not None or p.last_stage_layers is not None)
+
+
+def rank_layers(p: Plan, num_layers: int) -> list[int]:
+    """Transformer layers held by each pipeline rank, first to last (the plan's split)."""
+    if p.pp == 1:
+        return [num_layers]
+    f, mid, la = p.stage_layers(num_layers)
+    if p.pp == 2:
+        return [f, la]
+    return [f] + [mid] * (p.pp - 2) + [la]
+
+
+def _fp8_gpu(p: Plan, cluster) -> Optional[str]:
+    if p.precision == "fp8" and cluster is not None and "fp8" not in cluster.gpu.peak_tflops:
+        return f"{cluster.gpu.name} has no FP8 tensor cores"
+    return None
+
+
+# ---- Megatron-Core based (megatron, nemo)
+
+
+def _mcore_rules(fw: str, src: str) -> list[Rule]:
+    def R(rid, text, source, test):  # noqa: N802
+        return Rule(f"{fw}-{rid}", fw, text, source, test)
+
+    return [
+        R("alibi", "no ALiBi position embedding (position types: learned_absolute, rope, mrope, relative, none)",
+          f"{_MLM} _add_network_size_args --position-embedding-type",
+          lambda p, m, c: f"the model uses {m.position}" if m.position == "alibi" else None),
+        R("fsdp-pp", "ZeRO-2/3 run as Megatron-FSDP, which this planner uses only without pipeline "
+          "parallelism (its PP support is not established in the sources read; torch FSDP2 refuses PP)",
+          f"{_MLM} validate_args (--use-megatron-fsdp, --use-torch-fsdp2: pipeline_model_parallel_size == 1)",
+          lambda p, m, c: f"zero {p.zero} with pp {p.pp}" if p.zero >= 2 and p.pp > 1 else None),
+        R("overlap-param-gather", "overlapping the parameter all-gather needs the gradient-reduce overlap "
+          "too (--overlap-param-gather requires --overlap-grad-reduce)",
+          f"{_MLM} validate_args",
+          lambda p, m, c: "overlap_param_gather without overlap_grad_reduce"
+          if p.overlap_param_gather and not p.overlap_grad_reduce and p.zero >= 1 and p.dp > 1 else None),
+        R("tp-comm-overlap", "TP communication/GEMM overlap needs sequence parallelism",
+          f"{_MLM} validate_args (--tp-comm-overlap)",
+          lambda p, m, c: "overlap_tp_comm without sequence_parallel"
+          if p.overlap_tp_comm and p.tp > 1 and not p.sequence_parallel else None),
+        R("vpp-uneven", "with virtual stages the first and last stage layers must divide by vpp",
+          f"{_MC} TransformerConfig.__post_init__ (num_layers_in_first/last_pipeline_stage)",
+          lambda p, m, c: _vpp_uneven(p, m)),
+        R("recompute-vpp", "block recomputation counts layers per virtual chunk, so recompute_layers must be "
+          "a multiple of vpp", f"{_MC} TransformerBlock._checkpointed_forward (recompute_method block)",
+          lambda p, m, c: f"recompute_layers {p.recompute_layers}, vpp {p.vpp}"
+          if p.recompute_layers is not None and p.vpp > 1 and p.recompute_layers % p.vpp else None),
+        R("fp8-gpu", "FP8 needs Transformer Engine on a GPU with FP8 tensor cores (Ada/Hopper or newer)",
+          f"{_MLM} _add_transformer_engine_args (--fp8-format)", lambda p, m, c: _fp8_gpu(p, c)),
+    ]
+
+
+def _vpp_uneven(p: Plan, m: ModelSpec) -> Optional[str]:
+    if p.vpp == 1 or not _uneven(p):
+        return None
+    f, _, la = p.stage_layers(m.num_layers)
+    if f % p.vpp or la % p.vpp:
+        return f"first {f}, last {la}, vpp {p.vpp}"
+    return None
+
+
+def _nemo_devices(p: Plan, m: ModelSpec, c) -> Optional[str]:
+    if c is None:
+        return None
+    g = c.node.gpus_per_node
+    if p.num_gpus > g and p.num_gpus % g:
+        return f"{p.num_gpus} GPUs are not whole nodes of {g}"
+    return None
+
+
+_NEMO_EXTRA = [
+    Rule("nemo-attention", "nemo", "attention runs Transformer Engine's flash/fused kernels (attention_backend "
+         "auto); unfused attention is not offered", f"{_MC} TransformerConfig.attention_backend; {_NM} recipes",
+         lambda p, m, c: "flash_attention off" if not p.flash_attention else None),
+    Rule("nemo-tp-comm-overlap", "nemo", "TP communication overlap is switched on by adding "
+         "MegatronCommOverlapCallback(tp_comm_overlap=True) to trainer.callbacks, which a recipe override "
+         "cannot express; add it by hand and set overlap_tp_comm off here",
+         f"{_NM} nemo/lightning/pytorch/callbacks/megatron_comm_overlap.py",
+         lambda p, m, c: "overlap_tp_comm on" if p.overlap_tp_comm and p.tp > 1 else None),
+    Rule("nemo-devices", "nemo", "trainer.devices x trainer.num_nodes must be the GPU count",
+         f"{_NM} nemo.lightning.Trainer (lightning devices/num_nodes)", _nemo_devices),
+]
+
+
+# ---- DeepSpeed
+
+
+def _ds_zero0_grads(p: Plan, m, c) -> Optional[str]:
+    if p.zero != 0:
+        return None
+    bf16_optimizer = p.pp > 1 and p.precision != "fp16"
+    if bf16_optimizer and not p.fp32_grads:
+        return "the pipeline engine's BF16 optimizer accumulates gradients in fp32; set fp32_grads on"
+    if not bf16_optimizer and p.fp32_grads:
+        return "without ZeRO gradients accumulate in the model dtype; set fp32_grads off"
+    return None
+
+
+_DS_RULES = [
+    Rule("deepspeed-pipe-zero", "deepspeed", "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism",
+         f"{_DS} runtime/pipe/engine.py PipelineEngine.__init__",
+         lambda p, m, c: f"zero {p.zero} with pp {p.pp}" if p.pp > 1 and p.zero >= 2 else None),
+    Rule("deepspeed-vpp", "deepspeed", "the pipeline engine has one schedule (1F1B TrainSchedule), no "
+         "interleaved virtual stages", f"{_DS} runtime/pipe/schedule.py",
+         lambda p, m, c: f"vpp {p.vpp}" if p.vpp > 1 else None),
+    Rule("deepspeed-uneven", "deepspeed", "PipelineModule's partition_method (parameters, uniform, type:regex) "
+         "cannot pin the first/last stage layer counts", f"{_DS} runtime/pipe/module.py _partition_layers",
+         lambda p, m, c: "uneven first/last stages" if _uneven(p) else None),
+    Rule("deepspeed-cp", "deepspeed", "no ring context parallelism (Ulysses sequence_parallel_size is an "
+         "all-to-all over heads, which the plan does not price)", f"{_DS} runtime/config.py, deepspeed/sequence",
+         lambda p, m, c: f"cp {p.cp}" if p.cp > 1 else None),
+    Rule("deepspeed-pipe-tp", "deepspeed", "with the pipeline engine, tensor parallelism comes from the model's "
+         "own layers and mpu (Megatron-DeepSpeed), not from the config; AutoTP (tensor_parallel.autotp_size) "
+         "is used only without pipeline parallelism", f"{_DS} runtime/engine.py (AutoTP), runtime/pipe/topology.py",
+         lambda p, m, c: f"tp {p.tp} with pp {p.pp}" if p.pp > 1 and p.tp > 1 else None),
+    Rule("deepspeed-sp", "deepspeed", "AutoTP shards the linear layers only: no sequence parallelism",
+         f"{_DS} runtime/tensor_parallel/config.py TPTrainingConfig, module_inject/auto_tp.py",
+         lambda p, m, c: "sequence_parallel on" if p.tp > 1 and p.sequence_parallel else None),
+    Rule("deepspeed-fp8", "deepspeed", "the config has no FP8 training switch (FP8 would be the model code's, "
+         "e.g. Transformer Engine layers)", f"{_DS} runtime/precision_config.py (bf16, fp16 only)",
+         lambda p, m, c: "precision fp8" if p.precision == "fp8" else None),
+    Rule("deepspeed-recompute", "deepspeed", "activation checkpointing recomputes whole layers "
+         "(deepspeed.checkpointing, PipelineModule activation_checkpoint_interval); selective and "
+         "per-stage-count recomputation are not configurable",
+         f"{_DS} runtime/activation_checkpointing, runtime/pipe/module.py",
+         lambda p, m, c: "recompute selective" if p.recompute == "selective"
+         else f"recompute_layers {p.recompute_layers}" if p.recompute_layers is not None else None),
+    Rule("deepspeed-grad-dtype", "deepspeed", "without ZeRO the gradient accumulation dtype is the engine's "
+         "(model dtype; fp32 in the pipeline engine's BF16 optimizer)",
+         f"{_DS} runtime/engine.py _do_optimizer_sanity_check, get_data_types", _ds_zero0_grads),
+    Rule("deepspeed-zero0-overlap", "deepspeed", "without ZeRO the gradients are all-reduced after the "
+         "backward, not overlapped with it", f"{_DS} runtime/engine.py allreduce_gradients",
+         lambda p, m, c: "overlap_grad_reduce on" if p.zero == 0 and p.dp > 1 and p.overlap_grad_reduce
+         else None),
+    Rule("deepspeed-param-overlap", "deepspeed", "ZeRO-1/2 all-gather the updated parameters inside "
+         "optimizer.step(), not overlapped with the forward", f"{_DS} runtime/zero/stage_1_and_2.py step",
+         lambda p, m, c: "overlap_param_gather on" if p.zero in (1, 2) and p.dp > 1 and p.overlap_param_gather
+         else None),
+]
+
+
+# ---- torchtitan
+
+
+def titan_split(num_stages: int, num_layers: int, input_weight: int, output_weight: int) -> Optional[list[int]]:
+    """Transformer layers per (virtual) stage as torchtitan 0.2.2 splits them
+    (``generate_llm_fqn_per_model_part``: the embedding counts ``input_weight`` layers on the first stage,
+    norm+output ``output_weight`` on the last, leftovers go to the first stages); None where it raises."""
+    s, n = num_stages, num_layers
+    if s < 1:
+        return None
+    if s == 1:
+        return [n]
+    eff = n + input_weight + output_weight
+    if s > eff:
+        return None
+    per, extra = divmod(eff, s)
+    if per == 0 or input_weight > per or output_weight > per:
+        return None
+    out, left = [], n
+    for i in range(s):
+        e = per + (1 if i < extra else 0)
+        want = e - input_weight if i == 0 else e - output_weight if i == s - 1 else e
+        take = max(0, min(want, left))
+        out.append(take)
+        left -= take
+    return out
+
+
+def _rank_totals(stages: list[int], pp: int) -> list[int]:
+    """Per-rank totals under the loop placement (virtual stage ``s`` on rank ``s % pp``)."""
+    tot = [0] * pp
+    for i, k in enumerate(stages):
+        tot[i % pp] += k
+    return tot
+
+
+@functools.lru_cache(maxsize=4096)
+def _titan_layout(pp: int, vpp: int, num_layers: int, target: tuple[int, ...]):
+    """(first_less, last_less, layers_per_stage or None) giving ``target`` layers per rank, or None."""
+    if pp == 1:
+        return (0, 0, None)
+    s = pp * vpp
+    best = None
+    for iw in range(0, num_layers + 1):
+        for ow in range(0, num_layers + 1):
+            if best is not None and iw + ow >= sum(best[:2]):
+                break
+            split = titan_split(s, num_layers, iw, ow)
+            if split is None or sum(split) != num_layers or _rank_totals(split, pp) != list(target):
+                continue
+            if vpp == 1:
+                best = (iw, ow, None)
+                continue
+            eff = num_layers + iw + ow
+            lps = next((x for x in range(1, eff + 1) if math.ceil(eff / x) == s), None)
+            if lps is not None:
+                best = (iw, ow, lps)
+    return best
+
+
+def titan_layout(p: Plan, num_layers: int):
+    """torchtitan's pipeline split knobs for the plan: (first_less, last_less, layers_per_stage), or None."""
+    return _titan_layout(p.pp, p.vpp, num_layers, tuple(rank_layers(p, num_layers)))
+
+
+def titan_ac_freq(p: Plan, num_layers: int) -> Optional[int]:
+    """The n of torchtitan's layer SAC (every n-th block on a rank checkpointed) that recomputes
+    min(recompute_layers, layers) per stage, as the plan does; None if there is none."""
+    k = p.recompute_layers
+    totals = rank_layers(p, num_layers)
+    for n in range(1, max(totals) + 1):
+        if all(t // n == min(k, t) for t in totals):
+            return n
+    return None
+
+
+def _titan_split_rule(p: Plan, m: ModelSpec, c) -> Optional[str]:
+    if p.pp == 1 or titan_layout(p, m.num_layers) is not None:
+        return None
+    return f"layers per rank {rank_layers(p, m.num_layers)}"
+
+
+_TT_RULES = [
+    Rule("torchtitan-zero12", "torchtitan", "data parallelism is DDP (replicate) or FSDP2 (parameters, "
+         "gradients and optimizer states sharded: ZeRO-3); no ZeRO-1/2",
+         f"{_TT} models/llama3/infra/parallelize.py (apply_fsdp, apply_ddp)",
+         lambda p, m, c: f"zero {p.zero}" if p.zero in (1, 2) and p.dp > 1 else None),
+    Rule("torchtitan-ddp-1d", "torchtitan", "DDP (zero 0) has not supported > 1D parallelism: with tp, pp or "
+         "cp use FSDP (zero 3)", f"{_TT} models/llama3/infra/parallelize.py parallelize_llama",
+         lambda p, m, c: "zero 0 with tp/pp/cp" if p.zero == 0 and p.dp > 1 and (p.tp * p.pp * p.cp) > 1
+         else None),
+    Rule("torchtitan-cp-fsdp", "torchtitan", "context parallelism runs under FSDP (the fsdp mesh is dp_shard x "
+         "cp): use zero 3", f"{_TT} distributed/parallel_dims.py build_mesh",
+         lambda p, m, c: f"cp {p.cp} with zero {p.zero}" if p.cp > 1 and p.zero != 3 else None),
+    Rule("torchtitan-sp", "torchtitan", "tensor parallelism always shards the norms along the sequence "
+         "(SequenceParallel)", f"{_TT} models/llama3/infra/parallelize.py apply_tp",
+         lambda p, m, c: "sequence_parallel off" if p.tp > 1 and not p.sequence_parallel else None),
+    Rule("torchtitan-fp16", "torchtitan", "mixed precision is bf16 (training.mixed_precision_param: bfloat16 "
+         "or float32); no fp16", f"{_TT} config/job_config.py Training",
+         lambda p, m, c: "precision fp16" if p.precision == "fp16" else None),
+    Rule("torchtitan-grads", "torchtitan", "gradients reduce in fp32 (training.mixed_precision_reduce: float32 "
+         "only)", f"{_TT} config/job_config.py Training",
+         lambda p, m, c: "fp32_grads off" if not p.fp32_grads else None),
+    Rule("torchtitan-selective", "torchtitan", "selective AC is 'op' (recomputes every second matmul) or an "
+         "integer (every n-th block fully); neither is the attention-core recomputation the plan prices",
+         f"{_TT} distributed/activation_checkpoint.py",
+         lambda p, m, c: "recompute selective" if p.recompute == "selective" else None),
+    Rule("torchtitan-ac-freq", "torchtitan", "layer SAC checkpoints every n-th block of a rank, so "
+         "recompute_layers must be floor(layers/n) on every stage for one n",
+         f"{_TT} distributed/activation_checkpoint.py _apply_layer_sac",
+         lambda p, m, c: f"recompute_layers {p.recompute_layers} on {rank_layers(p, m.num_layers)}"
+         if p.recompute_layers is not None and titan_ac_freq(p, m.num_layers) is None else None),
+    Rule("torchtitan-attention", "torchtitan", "attention is SDPA (flash/cuDNN kernels); unfused attention is "
+         "not a config switch", f"{_TT} models/attention.py",
+         lambda p, m, c: "flash_attention off" if not p.flash_attention else None),
+    Rule("torchtitan-seq", "torchtitan", "seq_len must divide by tp x 2 x cp", f"{_TT} distributed/parallel_dims.py "
+         "seq_len_divisor", lambda p, m, c: f"seq_len {p.seq_len}, tp {p.tp}, cp {p.cp}"
+         if p.seq_len % (2 * p.tp * p.cp) else None),
+    Rule("torchtitan-split", "torchtitan", "the pipeline split is set by first/last_stage_less_layers (>= 0, at "
+         "most a stage's share) and layers_per_stage; this one cannot be", f"{_TT} distributed/pipeline_parallel.py "
+         "pipeline_llm, generate_llm_fqn_per_model_part", _titan_split_rule),
+    Rule("torchtitan-overlap", "torchtitan", "FSDP2 and DDP always overlap their communication with compute",
+         f"{_TT} models/llama3/infra/parallelize.py (fully_shard prefetch, replicate buckets)",
+         lambda p, m, c: "an overlap off" if p.dp > 1 and (not p.overlap_grad_reduce or (
+             p.zero == 3 and not p.overlap_param_gather)) else None),
+    Rule("torchtitan-fp8-gpu", "torchtitan", "float8 training needs a GPU with FP8 tensor cores (SM89+)",
+         f"{_TT} components/quantization/float8.py", lambda p, m, c: _fp8_gpu(p, c)),
+]
+
+
+RULES: dict[str, tuple[Rule, ...]] = {
+    "megatron": tuple(_mcore_rules("megatron", _MLM)),
+    "nemo": tuple(_mcore_rules("nemo", _NM)) + tuple(_NEMO_EXTRA),
+    "deepspeed": tuple(_DS_RULES),
+    "torchtitan": tuple(_TT_RULES),
+}
+
+
+def rules(framework: str) -> tuple[Rule, ...]:
+    return RULES[_known(framework)]
+
+
+def check(framework: str, plan: Plan, model: ModelSpec, cluster=None) -> list[Violation]:
+    """Every rule of ``framework`` the plan breaks; empty when the framework can run it.
+
+    The plan's own model rules (:meth:`Plan.check_against`) come first, as a violation ``plan``. Knobs
+    without effect are normalized first (a plan is not refused over them).
+    """
+    fw = _known(framework)
+    try:
+        plan.check_against(model)
+    except InputError as exc:
+        return [Violation(Rule("plan", fw, "the plan does not fit the model", "planner/plan.py",
+                               lambda p, m, c: None), str(exc))]
+    p = normalize(fw, plan, model.num_layers)
+    out = []
+    for r in RULES[fw]:
+        detail = r.test(p, model, cluster)
+        if detail:
+            out.append(Violation(r, detail))
+    return out
+
+
+def require(framework: str, plan: Plan, model: ModelSpec, cluster=None) -> Plan:
+    """The normalized plan, or :class:`InputError` ``framework: rule-id: text (detail)`` for the first rule."""
+    fw = _known(framework)
+    bad = check(fw, plan, model, cluster)
+    if bad:
+        more = f" [+{len(bad) - 1} more]" if len(bad) > 1 else ""
+        raise InputError(f"{fw}: {bad[0]}{more}")
+    return normalize(fw, plan, model.num_layers)
+
+
+# ------------------------------------------------------------------ normalize / conform
+
+
+def _rebuild(plan: Plan, **changes) -> Plan:
+    if not changes:
+        return plan
+    data = plan.model_dump()
+    data.update(changes)
+    return Plan(**data)
+
+
+def _inert(fw: str, p: Plan) -> dict:
+    """Knobs with no effect on this plan, set to what ``fw``'s configuration carries."""
+    ch: dict = {}
+    if p.tp == 1 and p.overlap_tp_comm:
+        ch["overlap_tp_comm"] = False
+    grad_inert = p.dp == 1
+    param_inert = p.dp == 1 or p.zero == 0
+    if fw in ("megatron", "nemo"):
+        if param_inert and p.overlap_param_gather and (p.zero == 0 or not p.overlap_grad_reduce):
+            ch["overlap_param_gather"] = False
+    elif fw == "deepspeed":
+        if grad_inert and p.zero == 0 and p.overlap_grad_reduce:
+            ch["overlap_grad_reduce"] = False
+        if param_inert and p.zero != 3 and p.overlap_param_gather:
+            ch["overlap_param_gather"] = False
+    elif fw == "torchtitan":
+        if p.dp == 1:
+            z = 3 if p.cp > 1 else 0
+            if p.zero != z:
+                ch["zero"] = z
+            if not p.overlap_grad_reduce:
+                ch["overlap_grad_reduce"] = True
+            if not p.overlap_param_gather:
+                ch["overlap_param_gather"] = True
+        elif p.zero == 0 and not p.overlap_param_gather:
+            ch["overlap_param_gather"] = True
+    return ch
+
+
+def normalize(framework: str, plan: Plan, num_layers: int | None = None) -> Plan:
+    """The plan with its knobs of no effect set the framework's way; with ``num_layers``, an explicit
+    first/last split is written out in full (both ends), or dropped when it is the even split."""
+    fw = _known(framework)
+    p = _rebuild(plan, **_inert(fw, plan))
+    if num_layers is not None and _uneven(p):
+        f, mid, la = p.stage_layers(num_layers)
+        if num_layers % p.pp == 0 and f == la == num_layers // p.pp and (p.pp == 2 or mid == f):
+            p = _rebuild(p, first_stage_layers=None, last_stage_layers=None)
+        else:
+            p = _rebuild(p, first_stage_layers=f, last_stage_layers=la)
+    return p
+
+
+def conform(framework: str, plan: Plan, num_layers: int | None = None) -> Plan:
+    """The plan with the knobs the framework decides set its way (see the module docstring)."""
+    fw = _known(framework)
+    p = normalize(fw, plan, num_layers)
+    ch: dict = {}
+    if fw in ("megatron", "nemo"):
+        if p.overlap_tp_comm and p.tp > 1 and (not p.sequence_parallel or fw == "nemo"):
+            ch["overlap_tp_comm"] = False
+        if p.overlap_param_gather and not p.overlap_grad_reduce and p.zero >= 1:
+            ch["overlap_param_gather"] = False
+        if fw == "nemo" and not p.flash_attention:
+            ch["flash_attention"] = True
+    elif fw == "deepspeed":
+        if p.tp > 1 and p.sequence_parallel:
+            ch["sequence_parallel"] = False
+        if p.zero == 0:
+            ch["fp32_grads"] = p.pp > 1 and p.precision != "fp16"
+            ch["overlap_grad_reduce"] = False
+        if p.zero in (0, 1, 2):
+            ch["overlap_param_gather"] = False
+    elif fw == "torchtitan":
+        if p.tp > 1:
+            ch["sequence_parallel"] = True
+        ch.update(flash_attention=True, fp32_grads=True, overlap_grad_reduce=True, overlap_param_gather=True)
+    ch = {k: v for k, v in ch.items() if getattr(p, k) != v}
+    return normalize(fw, _rebuild(p, **ch), num_layers)
+
+
+# ------------------------------------------------------------------ capabilities
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """The knob space a search may use for one framework (``check`` has the rules that remain)."""
+
+    framework: str
+    version: str
+    zero: tuple[int, ...]
+    zero_with_pp: tuple[int, ...]
+    recompute: tuple[str, ...]  # the Knobs vocabulary: none, selective, full, partial
+    precision: tuple[str, ...]
+    tensor_parallel: bool
+    pipeline_parallel: bool
+    context_parallel: bool
+    virtual_pipeline: bool
+    uneven_stages: bool
+    sequence_parallel: tuple[bool, ...]  # values usable when tp > 1
+    decides: tuple[str, ...]  # knobs set by conform()
+    notes: tuple[str, ...] = ()
+
+    def knobs(self, base=None):
+        """``base`` (a :class:`~planner.request.Knobs`, default the full domain) narrowed to this framework."""
+        from .request import Knobs
+
+        k = base if base is not None else Knobs()
+        upd = {
+            "zero": [z for z in k.zero if z in self.zero] or list(self.zero[:1]),
+            "recompute": [r for r in k.recompute if r in self.recompute] or list(self.recompute[:1]),
+            "sequence_parallel": [s for s in k.sequence_parallel if s in self.sequence_parallel]
+            or list(self.sequence_parallel[:1]),
+        }
+        if not self.context_parallel:
+            upd["cp"] = [1]
+        if not self.virtual_pipeline:
+            upd["vpp"] = [1]
+        if not self.pipeline_parallel:
+            upd["pp"] = [1]
+        if not self.tensor_parallel:
+            upd["tp"] = [1]
+        return k.model_copy(update=upd)
+
+
+_CAPS = {
+    "megatron": Capabilities(
+        "megatron", VERSIONS["megatron"], zero=(0, 1, 2, 3), zero_with_pp=(0, 1),
+        recompute=("none", "selective", "full", "partial"), precision=("bf16", "fp16", "fp8"),
+        tensor_parallel=True, pipeline_parallel=True, context_parallel=True, virtual_pipeline=True,
+        uneven_stages=True, sequence_parallel=(True, False), decides=(),
+        notes=("fp8 needs a GPU with FP8 tensor cores", "no ALiBi models")),
+    "nemo": Capabilities(
+        "nemo", VERSIONS["nemo"], zero=(0, 1, 2, 3), zero_with_pp=(0, 1),
+        recompute=("none", "selective", "full", "partial"), precision=("bf16", "fp16", "fp8"),
+        tensor_parallel=True, pipeline_parallel=True, context_parallel=True, virtual_pipeline=True,
+        uneven_stages=True, sequence_parallel=(True, False), decides=("flash_attention", "overlap_tp_comm"),
+        notes=("fp8 needs a GPU with FP8 tensor cores", "no ALiBi models",
+               "GPU count in whole nodes beyond one node")),
+    "deepspeed": Capabilities(
+        "deepspeed", VERSIONS["deepspeed"], zero=(0, 1, 2, 3), zero_with_pp=(0, 1),
+        recompute=("none", "full"), precision=("bf16", "fp16"), tensor_parallel=True,
+        pipeline_parallel=True, context_parallel=False, virtual_pipeline=False, uneven_stages=False,
+        sequence_parallel=(False,), decides=("sequence_parallel", "fp32_grads", "overlap_grad_reduce",
+                                             "overlap_param_gather"),
+        notes=("tp (AutoTP) only with pp = 1",)),
+    "torchtitan": Capabilities(
+        "torchtitan", VERSIONS["torchtitan"], zero=(0, 3), zero_with_pp=(3,),
+        recompute=("none", "full", "partial"), precision=("bf16", "fp8"), tensor_parallel=True,
+        pipeline_parallel=True, context_parallel=True, virtual_pipeline=True, uneven_stages=True,
+        sequence_parallel=(True,), decides=("sequence_parallel", "flash_attention", "fp32_grads",
+                                            "overlap_grad_reduce", "overlap_param_gather"),
+        notes=("zero 0 (DDP) only without tp/pp/cp", "cp needs zero 3", "seq_len divisible by 2 tp cp",
+               "partial recomputation only as every n-th block")),
+}
+
+
+def allowed(framework: str) -> Capabilities:
+    return _CAPS[_known(framework)]
+
+
+# ------------------------------------------------------------------ kept argument lists
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    name: str
+    kind: str  # flag | int | float | str | bool | list | dict | any
+    choices: tuple[str, ...] = ()
+
+
+@functools.lru_cache(maxsize=None)
+def kept_args(framework: str) -> dict[str, ArgSpec]:
+    """The framework's argument/key list kept in ``planner/data/framework_args/<framework>.txt``."""
+    fw = _known(framework)
+    out: dict[str, ArgSpec] = {}
+    for line in (DATA_DIR / f"{fw}.txt").read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split()
+        choices = tuple(parts[2].split("|")) if len(parts) > 2 else ()
+        out[parts[0]] = ArgSpec(parts[0], parts[1], choices)
+    return out
+
+
+def kept_source(framework: str) -> str:
+    """The header comment of the kept list (where it comes from)."""
+    fw = _known(framework)
+    head = []
+    for line in (DATA_DIR / f"{fw}.txt").read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        head.append(line[1:].strip())
+    return " ".join(head)
