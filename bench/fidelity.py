@@ -28,14 +28,6 @@ from planner.calibration import error_summary, fit_efficiency, load_runs, predic
 from planner.evaluate import evaluate  # noqa: E402
 
 
-def plan_str(p) -> str:
-    s = f"t{p.tp} p{p.pp} d{p.dp}"
-    if p.cp > 1:
-        s += f" c{p.cp}"
-    if p.vpp > 1:
-        s += f" v{p.vpp}"
-    s += f" mb{p.micro_batch} {p.recompute[:3]} z{p.zero}"
-    return s
 
 
 #: Systems that reuse the fit of another system's chip (same compute die and clocks).
@@ -124,7 +116,7 @@ def main() -> int:
             flag = "" if p.feasible else " (no candidate fits!)"
             print(
                 f"{r.index:3d} {r.group[:20]:20s} {r.label[:40]:40s} {r.measured_step_s:9.3f} "
-                f"{p.predicted_step_s:9.3f} {100 * p.error:+6.1f}%  {plan_str(p.plan)}{free}{flag}"
+                f"{p.predicted_step_s:9.3f} {100 * p.error:+6.1f}%  {p.plan.label}{free}{flag}"
             )
         print("(measured step time from: " + ", ".join(sorted({r.measured_from for r in records})) + ")")
     with_memory = [r for r in records if r.measured_memory_gb]

@@ -92,7 +92,7 @@ def published(runs_path: str | None = None) -> None:
         try:
             res = search(req, model=rec.model)
             best = res.recommended
-            found, step = _short(best.plan), best.step_time_s
+            found, step = best.plan.label, best.step_time_s
         except NoFeasiblePlan:
             found, step = "(nothing fits)", float("inf")
         ok = step <= pub.predicted_step_s * (1 + 1e-9) or not pub.feasible
@@ -101,17 +101,10 @@ def published(runs_path: str | None = None) -> None:
         flag = "yes" if ok else "NO"
         if not pub.feasible:
             flag += " (published plan over memory in the model)"
-        print(f"{rec.label[:34]:<34} {_short(p):<24} {pub.predicted_step_s:7.2f} {found:<24} {step:7.2f} {flag}")
+        print(f"{rec.label[:34]:<34} {p.label:<24} {pub.predicted_step_s:7.2f} {found:<24} {step:7.2f} {flag}")
     print(f"{n - worse}/{n} runs: the best plan found is predicted at least as fast as the published one")
 
 
-def _short(p) -> str:
-    s = f"t{p.tp} p{p.pp} d{p.dp}"
-    if p.cp > 1:
-        s += f" c{p.cp}"
-    if p.vpp > 1:
-        s += f" v{p.vpp}"
-    return s + f" mb{p.micro_batch} z{p.zero} {p.recompute[:3]}"
 
 
 def main() -> int:

@@ -15,7 +15,6 @@ belong to that hardware description).
 
 from __future__ import annotations
 
-import copy
 import datetime
 import os
 from pathlib import Path
@@ -25,6 +24,7 @@ import click
 import yaml
 
 from cli.common import guarded
+from hardware.resolve import deep_merge
 
 TABLE_WIDTH = 80
 LABEL_WIDTH = 26
@@ -93,16 +93,6 @@ def _nested_overrides(sets: Sequence[str]) -> dict[str, Any]:
         for part in parts[:-1]:
             node = node.setdefault(part, {})
         node[parts[-1]] = value
-    return out
-
-
-def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for k, v in top.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
     return out
 
 
@@ -192,7 +182,7 @@ def main(runs: Path, gpu_ref: str, output: Path, sets: tuple[str, ...], iters: i
     data: dict[str, Any] = {"base": base_name}
     if doc is not None:
         data.update({k: v for k, v in doc.items() if k not in ("base", "name", "efficiency")})
-    data = _merge(data, _nested_overrides(sets))
+    data = deep_merge(data, _nested_overrides(sets))
     data["efficiency"] = fitted.model_dump()
     today = datetime.date.today().isoformat()
     header = [

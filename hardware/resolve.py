@@ -32,11 +32,12 @@ from models.io import InputError, load_document, validation_message
 FILE_SUFFIXES = (".yaml", ".yml", ".json")
 
 
-def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """``top`` merged over ``base`` key by key (nested mappings merged, everything else replaced)."""
     out = copy.deepcopy(base)
     for k, v in top.items():
         if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _deep_merge(out[k], v)
+            out[k] = deep_merge(out[k], v)
         else:
             out[k] = copy.deepcopy(v)
     return out
@@ -105,7 +106,7 @@ def load_cluster_file(path: str | Path) -> ClusterSpec:
         merged["aliases"] = ()  # the catalog aliases name the catalog entry, not this cluster
         merged["name"] = p.stem
         merged["sources"] = dict(merged.get("sources", {}), base=f"catalog {base.name} + {p.name}")
-        merged = _deep_merge(merged, data)
+        merged = deep_merge(merged, data)
         _credit_file(merged, data, f"{p.name} (overrides catalog {base.name})")
     else:
         _check_fields(data, ClusterSpec, where)

@@ -32,27 +32,27 @@ GIB = memory.GIB
 CHECKPOINT_BYTES_PER_PARAM = 14.0
 
 
-def hardware_flops_per_iteration(model: ModelSpec, x: PlanArrays):
-    """FLOPs the GPUs execute in one step, recomputation included (Narayanan et al. count)."""
-    gb = x.gb.astype(float)
+def _flops_per_token_terms(model: ModelSpec, x: PlanArrays):
+    """Weight-GEMM, attention (full, non-causal count) and logits forward FLOPs per token."""
     s = x.seq.astype(float)
-    per_tok_gemm = counting.layer_gemm_flops_per_token(model)
+    gemm = counting.layer_gemm_flops_per_token(model)
     attn = 4.0 * s * model.num_heads * model.head_dim * model.num_layers
-    logits = counting.logits_flops_per_token(model)
-    base = 3.0 * (per_tok_gemm + attn + logits)
-    layers_stage = np.maximum(np.maximum(x.first, x.last), 1)
-    rc_frac = np.minimum(x.rc_layers, layers_stage) / layers_stage
-    extra = np.where(x.recompute == 2, rc_frac * (per_tok_gemm + attn), np.where(x.recompute == 1, attn, 0.0))
-    return gb * s * (base + extra)
+    return gemm, attn, counting.logits_flops_per_token(model)
 
 
 def model_flops_per_iteration(model: ModelSpec, x: PlanArrays):
-    gb = x.gb.astype(float)
-    s = x.seq.astype(float)
-    per_tok_gemm = counting.layer_gemm_flops_per_token(model)
-    attn = 4.0 * s * model.num_heads * model.head_dim * model.num_layers
-    logits = counting.logits_flops_per_token(model)
-    return gb * s * 3.0 * (per_tok_gemm + attn + logits)
+    """Model FLOPs of one step: forward + backward, no recomputation (MFU's numerator)."""
+    gemm, attn, logits = _flops_per_token_terms(model, x)
+    return x.gb.astype(float) * x.seq * 3.0 * (gemm + attn + logits)
+
+
+def hardware_flops_per_iteration(model: ModelSpec, x: PlanArrays):
+    """FLOPs the GPUs execute in one step, recomputation included (Narayanan et al. count)."""
+    gemm, attn, _ = _flops_per_token_terms(model, x)
+    layers_stage = np.maximum(np.maximum(x.first, x.last), 1)
+    rc_frac = np.minimum(x.rc_layers, layers_stage) / layers_stage
+    extra = np.where(x.recompute == 2, rc_frac * (gemm + attn), np.where(x.recompute == 1, attn, 0.0))
+    return model_flops_per_iteration(model, x) + x.gb.astype(float) * x.seq * extra
 
 
 def evaluate(

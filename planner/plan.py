@@ -111,6 +111,15 @@ class Plan(BaseModel):
         return self
 
     @property
+    def label(self) -> str:
+        """One-line summary of the degrees and main knobs, e.g. ``t8 p12 d16 v2 mb1 z1 full``."""
+        s = f"t{self.tp} p{self.pp} d{self.dp}"
+        s += f" c{self.cp}" if self.cp > 1 else ""
+        s += f" v{self.vpp}" if self.vpp > 1 else ""
+        rc = self.recompute + (f"({self.recompute_layers})" if self.recompute_layers else "")
+        return s + f" mb{self.micro_batch} z{self.zero} {rc}"
+
+    @property
     def grad_accum(self) -> int:
         """Micro-batches per optimizer step per pipeline (``m``)."""
         return self.global_batch // (self.dp * self.micro_batch)
