@@ -41,42 +41,35 @@ from .evaluate import evaluate
 from .plan import Plan
 
 # --------------------------------------------------------------------------- conventions
+# Megatron-LM of 2021: fp16 mixed precision, no FlashAttention (2022) nor sequence parallelism
+# (Korthikanti et al. 2022), data-parallel all-reduce after the backward, fp16 gradients.
+_MEGATRON_2021 = dict(precision="fp16", flash_attention=False, sequence_parallel=False, zero=0, fp32_grads=False,
+                      overlap_grad_reduce=False, overlap_param_gather=False, overlap_tp_comm=False)
+# Megatron-Core era: TE FlashAttention, sequence parallelism, distributed optimizer (ZeRO-1)
+# with gradient-reduce and parameter-gather overlap, TP communication overlap.
+_MEGATRON_CORE = dict(precision="bf16", flash_attention=True, sequence_parallel=True, zero=1, fp32_grads=True,
+                      overlap_grad_reduce=True, overlap_param_gather=True, overlap_tp_comm=True)
+# NeMo 24.07 / long-sequence tables and Megatron-Bridge: the above in FP8 (printed); assumed:
+# gradients reduced in bf16 (the performance recipes' grad_reduce_in_fp32=False).
+_NEMO_FP8 = dict(_MEGATRON_CORE, precision="fp8", fp32_grads=False)
+
 #: What each source implies about how it ran, beyond the printed configuration.
 SOURCE_CONVENTIONS: dict[str, dict] = {
-    # Megatron-LM of 2021: fp16 mixed precision, no FlashAttention (2022) nor sequence parallelism
-    # (Korthikanti et al. 2022), data-parallel all-reduce after the backward, fp16 gradients.
-    "narayanan2021-table1": dict(precision="fp16", flash_attention=False, sequence_parallel=False, zero=0,
-                                 fp32_grads=False, overlap_grad_reduce=False, overlap_param_gather=False,
-                                 overlap_tp_comm=False),
+    "narayanan2021-table1": _MEGATRON_2021,
     # Table 2 (same paper): PTD-P rows as Table 1; the ZeRO-3 rows ran DeepSpeed, which prefetches
     # parameters and overlaps reduction (overlap_comm) -- set per row from zero_stage.
-    "narayanan2021-table2": dict(precision="fp16", flash_attention=False, sequence_parallel=False, zero=0,
-                                 fp32_grads=False, overlap_grad_reduce=False, overlap_param_gather=False,
-                                 overlap_tp_comm=False),
-    # Korthikanti et al. 2022: Megatron-LM with their sequence parallelism and selective
+    "narayanan2021-table2": _MEGATRON_2021,
+    # Korthikanti et al. 2022: Megatron-LM with their sequence parallelism (per row) and selective
     # recomputation, no FlashAttention; DP = 1 so data-parallel settings do not matter.
-    "korthikanti2022": dict(precision="fp16", flash_attention=False, zero=0, fp32_grads=False,
-                            overlap_grad_reduce=False, overlap_param_gather=False, overlap_tp_comm=False),
-    # Megatron-Core r0.8 README: bf16, distributed optimizer, --overlap-grad-reduce,
-    # --overlap-param-gather, --tp-comm-overlap (printed in the notes); FlashAttention via TE.
-    "megatron-core-2024": dict(precision="bf16", flash_attention=True, sequence_parallel=True, zero=1,
-                               fp32_grads=True, overlap_grad_reduce=True, overlap_param_gather=True,
-                               overlap_tp_comm=True),
-    # NeMo 24.07 / long-sequence tables and Megatron-Bridge: FP8 (printed), TE FlashAttention,
-    # distributed optimizer with overlap, TP communication overlap (NeMo performance recipes).
-    # Assumed: gradients reduced in bf16 (the performance recipes' grad_reduce_in_fp32=False).
-    "nemo-24.07": dict(precision="fp8", flash_attention=True, sequence_parallel=True, zero=1,
-                       fp32_grads=False, overlap_grad_reduce=True, overlap_param_gather=True,
-                       overlap_tp_comm=True),
-    "nemo-long-seq": dict(precision="fp8", flash_attention=True, sequence_parallel=True, zero=1,
-                          fp32_grads=False, overlap_grad_reduce=True, overlap_param_gather=True,
-                          overlap_tp_comm=True),
-    "megatron-bridge": dict(precision="fp8", flash_attention=True, sequence_parallel=True, zero=1,
-                            fp32_grads=False, overlap_grad_reduce=True, overlap_param_gather=True,
-                            overlap_tp_comm=True),
-    # Anything else (your own CSV): modern Megatron-Core defaults.
-    "other": dict(precision="bf16", flash_attention=True, sequence_parallel=True, zero=1, fp32_grads=True,
-                  overlap_grad_reduce=True, overlap_param_gather=True, overlap_tp_comm=False),
+    "korthikanti2022": {k: v for k, v in _MEGATRON_2021.items() if k != "sequence_parallel"},
+    # Megatron-Core r0.8 README: bf16, --overlap-grad-reduce, --overlap-param-gather,
+    # --tp-comm-overlap (printed in the notes).
+    "megatron-core-2024": _MEGATRON_CORE,
+    "nemo-24.07": _NEMO_FP8,
+    "nemo-long-seq": _NEMO_FP8,
+    "megatron-bridge": _NEMO_FP8,
+    # Anything else (your own CSV): Megatron-Core defaults in bf16, without TP overlap.
+    "other": dict(_MEGATRON_CORE, overlap_tp_comm=False),
 }
 
 _GROUPS = [
