@@ -219,7 +219,7 @@ def from_megatron_args(args: Sequence[str], num_gpus: int) -> Plan:
     return _plan(
         num_gpus=num_gpus, tp=tp, pp=pp, cp=cp, vpp=vpp, zero=zero, micro_batch=ns.micro_batch_size,
         global_batch=ns.global_batch_size, seq_len=ns.seq_length, recompute=recompute, recompute_layers=rc_layers,
-        sequence_parallel=bool(ns.sequence_parallel) and tp > 1, flash_attention=backend != "unfused",
+        sequence_parallel=bool(ns.sequence_parallel) and tp > 1, flash_attention=backend not in ("unfused", "local"),
         precision=precision, fp32_grads=fp32_grads, overlap_grad_reduce=bool(ns.overlap_grad_reduce),
         overlap_param_gather=bool(ns.overlap_param_gather), overlap_tp_comm=bool(ns.tp_comm_overlap),
         first_stage_layers=ns.decoder_first_pipeline_num_layers, last_stage_layers=ns.decoder_last_pipeline_num_layers,
@@ -270,8 +270,7 @@ def to_deepspeed_config(plan: Plan, model: ModelSpec, cluster=None) -> dict:
     if p.zero >= 1:
         cfg["data_types"] = {"grad_accum_dtype": "fp32" if p.fp32_grads else _DS_DTYPE[p.precision]}
     if p.tp > 1:
-        cfg["tensor_parallel"] = {"autotp_size": p.tp, "tp_overlap_comm": p.overlap_tp_comm,
-                                  "dtype": _DS_DTYPE[p.precision]}
+        cfg["tensor_parallel"] = {"autotp_size": p.tp, "tp_overlap_comm": p.overlap_tp_comm}
     if p.recompute == "full":
         cfg["activation_checkpointing"] = {"partition_activations": False, "contiguous_memory_optimization": False,
                                            "cpu_checkpointing": False}

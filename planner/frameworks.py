@@ -188,7 +188,7 @@ _NEMO_EXTRA = [
     Rule("nemo-attention", "nemo", "attention runs Transformer Engine's flash/fused kernels (attention_backend "
          "auto); unfused attention is not offered", f"{_MC} TransformerConfig.attention_backend; {_NM} recipes",
          lambda p, m, c: "flash_attention off" if not p.flash_attention else None),
-    Rule("nemo-tp-comm-overlap", "nemo", "TP communication overlap is switched on by adding "
+    Rule("nemo-tp-comm-callback", "nemo", "TP communication overlap is switched on by adding "
          "MegatronCommOverlapCallback(tp_comm_overlap=True) to trainer.callbacks, which a recipe override "
          "cannot express; add it by hand and set overlap_tp_comm off here",
          f"{_NM} nemo/lightning/pytorch/callbacks/megatron_comm_overlap.py",
@@ -559,13 +559,14 @@ _CAPS = {
         "megatron", VERSIONS["megatron"], zero=(0, 1, 2, 3), zero_with_pp=(0, 1),
         recompute=("none", "selective", "full", "partial"), precision=("bf16", "fp16", "fp8"),
         tensor_parallel=True, pipeline_parallel=True, context_parallel=True, virtual_pipeline=True,
-        uneven_stages=True, sequence_parallel=(True, False), decides=(),
+        uneven_stages=True, sequence_parallel=(True, False), decides=("overlap_tp_comm", "overlap_param_gather"),
         notes=("fp8 needs a GPU with FP8 tensor cores", "no ALiBi models")),
     "nemo": Capabilities(
         "nemo", VERSIONS["nemo"], zero=(0, 1, 2, 3), zero_with_pp=(0, 1),
         recompute=("none", "selective", "full", "partial"), precision=("bf16", "fp16", "fp8"),
         tensor_parallel=True, pipeline_parallel=True, context_parallel=True, virtual_pipeline=True,
-        uneven_stages=True, sequence_parallel=(True, False), decides=("flash_attention", "overlap_tp_comm"),
+        uneven_stages=True, sequence_parallel=(True, False),
+        decides=("flash_attention", "overlap_tp_comm", "overlap_param_gather"),
         notes=("fp8 needs a GPU with FP8 tensor cores", "no ALiBi models",
                "GPU count in whole nodes beyond one node")),
     "deepspeed": Capabilities(
