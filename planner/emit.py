@@ -419,7 +419,7 @@ def to_torchtitan_toml(plan: Plan, model: ModelSpec, cluster=None) -> str:
     ``[activation_checkpoint]``, and ``[compile]`` / ``[model]`` + ``[quantize.linear.float8]`` when async TP
     or float8 need them. The model itself (``[model] name/flavor``, its shape) is torchtitan's registry."""
     secs = torchtitan_sections(plan, model, cluster)
-    lines = [f"# torchtitan job config sections written by plan-search ({fw.VERSIONS['torchtitan']})"]
+    lines = ["# torchtitan job config sections (plan-search); merge into the job's TOML"]
     for name, kv in secs.items():
         lines += ["", f"[{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in kv.items()]
     return "\n".join(lines) + "\n"
@@ -752,5 +752,5 @@ def emit(framework: str, plan: Plan, model: ModelSpec, cluster=None) -> LaunchCo
         text = to_torchtitan_toml(plan, model, cluster)
         return LaunchConfig(f, ver, "toml", text, torchtitan_sections(plan, model, cluster), None, notes)
     o = to_nemo_overrides(plan, model, cluster)
-    text = "\n".join(f"{k}={_cli_value(v)}" for k, v in o.items())
+    text = " \\\n".join(f"{k}={_cli_value(v)}" for k, v in o.items())
     return LaunchConfig(f, ver, "overrides", text, o, None, notes)

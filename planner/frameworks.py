@@ -16,15 +16,14 @@ Four frameworks, each read at one version (``VERSIONS``):
 
 How ZeRO stages map (the plan's ``zero``, :mod:`planner.plan`):
 
-============  ==============================  ===========================  ===========  ==========
-zero          megatron                        nemo                         deepspeed    torchtitan
-============  ==============================  ===========================  ===========  ==========
-0             DDP                             DDP                          stage 0      DDP (1-D)
-1             ``--use-distributed-optimizer`` ``optim.config.use_distri``  stage 1      --
-2             Megatron-FSDP ``optim_grads``   ``fsdp=megatron`` optim_grads stage 2      --
-3             Megatron-FSDP ``optim_grads_    ``fsdp=megatron``            stage 3      FSDP2
-              params``                        optim_grads_params
-============  ==============================  ===========================  ===========  ==========
+- megatron: 0 DDP; 1 ``--use-distributed-optimizer``; 2/3 Megatron-FSDP
+  (``--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads|optim_grads_params`` with the
+  flags its user guide requires: ``--use-distributed-optimizer --no-gradient-accumulation-fusion
+  --ckpt-format fsdp_dtensor``).
+- nemo: the same through ``optim.config.use_distributed_optimizer`` and ``trainer.strategy.fsdp=megatron``
+  with ``trainer.strategy.ddp.data_parallel_sharding_strategy``.
+- deepspeed: ``zero_optimization.stage`` 0-3.
+- torchtitan: 0 DDP (``data_parallel_replicate_degree``), 3 FSDP2 (``data_parallel_shard_degree``); no 1/2.
 
 Megatron's distributed optimizer is ZeRO-1 (optimizer states sharded, gradients reduce-scattered into a
 full buffer); ZeRO-2/3 exist only as Megatron-FSDP's sharding strategies. torch FSDP2 inside Megatron
@@ -35,12 +34,15 @@ The API:
 
 - :func:`check` ``(framework, plan, model, cluster=None) -> list[Violation]``: every rule the plan breaks
   (empty: the framework can run it). :func:`require` raises :class:`~models.io.InputError` naming the first.
-- :func:`normalize` ``(framework, plan)``: the same plan with the knobs that have no effect (see
-  ``_inert``) set to the value the framework's configuration carries; the emitters write this plan and the
-  readers give it back, so ``from_x(to_x(p)) == normalize(x, p)``.
-- :func:`conform` ``(framework, plan)``: the plan with the knobs the framework decides by itself
-  (sequence parallelism, gradient precision, the overlaps, the attention kernel) set its way; degrees,
-  batch, recomputation, precision and ZeRO stage unchanged. A search can conform each candidate, then check.
+- :func:`normalize` ``(framework, plan, num_layers)``: the same plan with the knobs that have no effect
+  (see ``_inert``: overlaps with one replica, the TP overlap without TP, the ZeRO stage with one replica in
+  torchtitan, an explicit split equal to the even one) set to what the framework's configuration carries;
+  the emitters write this plan and the readers give it back: ``from_x(to_x(p)) == normalize(x, p, l)``.
+  The tests check that the estimate does not move.
+- :func:`conform` ``(framework, plan, num_layers)``: the plan with the knobs the framework decides by
+  itself (``Capabilities.decides``: sequence parallelism, gradient precision, the overlaps, the attention
+  kernel) set its way; degrees, batch, recomputation, precision and ZeRO stage unchanged. A search can
+  conform each candidate, then check it.
 - :func:`allowed` ``(framework) -> Capabilities``: the knob space a search may use, and
   :meth:`Capabilities.knobs` to narrow a :class:`~planner.request.Knobs`.
 - :func:`kept_args` ``(framework)``: the argument/key list kept in ``planner/data/framework_args`` (each
@@ -143,7 +145,8 @@ def _mcore_rules(fw: str, src: str) -> list[Rule]:
           lambda p, m, c: f"the model uses {m.position}" if m.position == "alibi" else None),
         R("fsdp-pp", "ZeRO-2/3 run as Megatron-FSDP, which this planner uses only without pipeline "
           "parallelism (its PP support is not established in the sources read; torch FSDP2 refuses PP)",
-          f"{_MLM} validate_args (--use-megatron-fsdp, --use-torch-fsdp2: pipeline_model_parallel_size == 1)",
+          f"{_MLM} validate_args (--use-megatron-fsdp; --use-torch-fsdp2 asserts pipeline_model_parallel_size == 1); "
+          "Megatron-Core developer guide, Megatron-FSDP user guide (required flags)",
           lambda p, m, c: f"zero {p.zero} with pp {p.pp}" if p.zero >= 2 and p.pp > 1 else None),
         R("overlap-param-gather", "overlapping the parameter all-gather needs the gradient-reduce overlap "
           "too (--overlap-param-gather requires --overlap-grad-reduce)",
@@ -161,6 +164,11 @@ def _mcore_rules(fw: str, src: str) -> list[Rule]:
           "a multiple of vpp", f"{_MC} TransformerBlock._checkpointed_forward (recompute_method block)",
           lambda p, m, c: f"recompute_layers {p.recompute_layers}, vpp {p.vpp}"
           if p.recompute_layers is not None and p.vpp > 1 and p.recompute_layers % p.vpp else None),
+        R("interleaved-microbatches", "the interleaved schedule takes micro-batches in groups of pp "
+          "(microbatch_group_size_per_vp_stage = pp): at least pp of them, the remainder 0 or at least pp",
+          f"{_MC} pipeline_parallel/schedules.py forward_backward_pipelining_with_interleaving",
+          lambda p, m, c: f"{p.grad_accum} micro-batches, pp {p.pp}" if p.vpp > 1 and (
+              p.grad_accum < p.pp or 0 < p.grad_accum % p.pp < p.pp) else None),
         R("fp8-gpu", "FP8 needs Transformer Engine on a GPU with FP8 tensor cores (Ada/Hopper or newer)",
           f"{_MLM} _add_transformer_engine_args (--fp8-format)", lambda p, m, c: _fp8_gpu(p, c)),
     ]
@@ -376,6 +384,10 @@ _TT_RULES = [
     Rule("torchtitan-split", "torchtitan", "the pipeline split is set by first/last_stage_less_layers (>= 0, at "
          "most a stage's share) and layers_per_stage; this one cannot be", f"{_TT} distributed/pipeline_parallel.py "
          "pipeline_llm, generate_llm_fqn_per_model_part", _titan_split_rule),
+    Rule("torchtitan-interleaved", "torchtitan", "Interleaved1F1B needs the micro-batches to be a multiple of "
+         "its rounds, max(1, micro-batches // pp)", "torch 2.13 distributed/pipelining/schedules.py "
+         "ScheduleInterleaved1F1B", lambda p, m, c: f"{p.grad_accum} micro-batches, pp {p.pp}"
+         if p.vpp > 1 and p.grad_accum % max(1, p.grad_accum // p.pp) else None),
     Rule("torchtitan-overlap", "torchtitan", "FSDP2 and DDP always overlap their communication with compute",
          f"{_TT} models/llama3/infra/parallelize.py (fully_shard prefetch, replicate buckets)",
          lambda p, m, c: "an overlap off" if p.dp > 1 and (not p.overlap_grad_reduce or (

@@ -353,6 +353,13 @@ def test_emitted_names_are_kept_names():
                 assert lc.data[i + 1] in spec.choices
 
 
+def test_nemo_text_is_the_overrides():
+    m = get_model("llama2-70b")
+    lc = E.emit("nemo", _llama(vpp=2), m, H100)
+    assert E.parse_nemo_overrides(lc.text) == lc.data
+    assert E.from_nemo_overrides(lc.text) == F.normalize("nemo", _llama(vpp=2), m.num_layers)
+
+
 def test_readers_refuse_what_is_not_a_plan():
     with pytest.raises(InputError, match="micro-batch-size"):
         E.from_megatron_args(["--tensor-model-parallel-size", "2"], 8)
@@ -676,3 +683,40 @@ def test_nemo_override_paths_are_the_recipe_objects_arguments(quiet):
         for key in E.to_nemo_overrides(p, m, H100):
             prefix = max((t for t in targets if key.startswith(t) and "." not in key[len(t):]), key=len)
             assert key[len(prefix):] in targets[prefix], key
+
+
+@needs_torch
+@pytest.mark.skipif(not _has("deepspeed"), reason="deepspeed not installed (not in .[dev])")
+def test_deepspeed_kept_list_matches_the_installed_package(quiet):
+    import inspect
+
+    from deepspeed.pipe import PipelineModule
+    from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
+    from deepspeed.runtime.precision_config import DeepSpeedBF16Config, DeepSpeedFP16Config
+    from deepspeed.runtime.tensor_parallel.config import TPTrainingConfig
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    models = {"zero_optimization": DeepSpeedZeroConfig, "bf16": DeepSpeedBF16Config, "fp16": DeepSpeedFP16Config,
+              "tensor_parallel": TPTrainingConfig}
+    calls = {"PipelineModule": PipelineModule.__init__, "PipeModelDataParallelTopology": PipeModelDataParallelTopology.__init__}
+    for key in F.kept_args("deepspeed"):
+        head, _, rest = key.partition(".")
+        if head in models and rest:
+            fields = models[head].model_fields
+            assert rest in fields or rest in {f.alias for f in fields.values()}, key
+        elif head in calls:
+            assert rest in inspect.signature(calls[head]).parameters, key
+
+
+@needs_torch
+@pytest.mark.skipif(not (_has("torchtitan") and _titan_version_ok()), reason="torchtitan 0.2.x not installed")
+def test_torchtitan_kept_list_matches_job_config(titan):
+    import dataclasses
+
+    from torchtitan.config.job_config import JobConfig
+
+    for key in F.kept_args("torchtitan"):
+        obj = JobConfig()
+        for part in key.split("."):
+            assert part in {f.name for f in dataclasses.fields(obj)}, key
+            obj = getattr(obj, part)
