@@ -480,6 +480,7 @@ def from_torchtitan_toml(text: str, num_layers: int) -> Plan:
         gb = lb * dp
     schedule = str(par.get("pipeline_parallel_schedule", "1F1B"))
     vpp, first, last = 1, None, None
+    totals = [num_layers]
     if pp > 1:
         mb = int(par.get("pipeline_parallel_microbatch_size", 1))
         iw = int(par.get("pipeline_parallel_first_stage_less_layers", 1))
@@ -512,10 +513,7 @@ def from_torchtitan_toml(text: str, num_layers: int) -> Plan:
         elif option.isdigit() and int(option) > 0:
             recompute = "full"
             n = int(option)
-            probe = _plan(num_gpus=pp, pp=pp, dp=1, global_batch=1, seq_len=1, recompute="none",
-                          first_stage_layers=first, last_stage_layers=last) if pp > 1 else None
-            totals = fw.rank_layers(probe, num_layers) if probe else [num_layers]
-            rc_layers = max(t // n for t in totals)
+            rc_layers = max(t // n for t in totals)  # layer SAC: every n-th block of a rank
         else:
             raise InputError(f"torchtitan: selective_ac_option {option!r} is neither 'op' nor a positive integer")
     elif mode != "none":

@@ -43,6 +43,7 @@ The API:
   itself (``Capabilities.decides``: sequence parallelism, gradient precision, the overlaps, the attention
   kernel) set its way; degrees, batch, recomputation, precision and ZeRO stage unchanged. A search can
   conform each candidate, then check it.
+- :func:`runnable` ``(framework, plan, model, cluster=None)``: conform, then check: the plan to run, or None.
 - :func:`allowed` ``(framework) -> Capabilities``: the knob space a search may use, and
   :meth:`Capabilities.knobs` to narrow a :class:`~planner.request.Knobs`.
 - :func:`kept_args` ``(framework)``: the argument/key list kept in ``planner/data/framework_args`` (each
@@ -135,28 +136,40 @@ def _fp8_gpu(p: Plan, cluster) -> Optional[str]:
 # ---- Megatron-Core based (megatron, nemo)
 
 
-def _mcore_rules(fw: str, src: str) -> list[Rule]:
+def _mcore_rules(fw: str) -> list[Rule]:
+    """The rules of Megatron-Core, which both Megatron-LM and NeMo 2.0 run on; Megatron-LM's own
+    argument checks (validate_args) only for ``megatron``."""
+
     def R(rid, text, source, test):  # noqa: N802
         return Rule(f"{fw}-{rid}", fw, text, source, test)
 
-    return [
-        R("alibi", "no ALiBi position embedding (position types: learned_absolute, rope, mrope, relative, none)",
-          f"{_MLM} _add_network_size_args --position-embedding-type",
+    mlm = fw == "megatron"
+    out = [
+        R("alibi", "no ALiBi position embedding (position types: learned_absolute, rope" +
+          (", mrope, relative, none)" if mlm else ")"),
+          f"{_MLM} _add_network_size_args --position-embedding-type" if mlm
+          else f"{_NM} nemo/collections/llm/gpt/model/base.py GPTConfig.position_embedding_type",
           lambda p, m, c: f"the model uses {m.position}" if m.position == "alibi" else None),
         R("fsdp-pp", "ZeRO-2/3 run as Megatron-FSDP, which this planner uses only without pipeline "
           "parallelism (its PP support is not established in the sources read; torch FSDP2 refuses PP)",
-          f"{_MLM} validate_args (--use-megatron-fsdp; --use-torch-fsdp2 asserts pipeline_model_parallel_size == 1); "
-          "Megatron-Core developer guide, Megatron-FSDP user guide (required flags)",
+          (f"{_MLM} validate_args (--use-megatron-fsdp; --use-torch-fsdp2 asserts pipeline_model_parallel_size "
+           "== 1); Megatron-Core developer guide, Megatron-FSDP user guide (required flags)") if mlm else
+          (f"{_NM} MegatronStrategy (fsdp='megatron' is Megatron-FSDP, fsdp='pytorch' raises "
+           "NotImplementedError)"),
           lambda p, m, c: f"zero {p.zero} with pp {p.pp}" if p.zero >= 2 and p.pp > 1 else None),
-        R("overlap-param-gather", "overlapping the parameter all-gather needs the gradient-reduce overlap "
-          "too (--overlap-param-gather requires --overlap-grad-reduce)",
-          f"{_MLM} validate_args",
-          lambda p, m, c: "overlap_param_gather without overlap_grad_reduce"
-          if p.overlap_param_gather and not p.overlap_grad_reduce and p.zero >= 1 and p.dp > 1 else None),
-        R("tp-comm-overlap", "TP communication/GEMM overlap needs sequence parallelism",
-          f"{_MLM} validate_args (--tp-comm-overlap)",
-          lambda p, m, c: "overlap_tp_comm without sequence_parallel"
-          if p.overlap_tp_comm and p.tp > 1 and not p.sequence_parallel else None),
+    ]
+    if mlm:
+        out += [
+            R("overlap-param-gather", "overlapping the parameter all-gather needs the gradient-reduce overlap "
+              "too (--overlap-param-gather requires --overlap-grad-reduce)", f"{_MLM} validate_args",
+              lambda p, m, c: "overlap_param_gather without overlap_grad_reduce"
+              if p.overlap_param_gather and not p.overlap_grad_reduce and p.zero >= 1 and p.dp > 1 else None),
+            R("tp-comm-overlap", "TP communication/GEMM overlap needs sequence parallelism",
+              f"{_MLM} validate_args (--tp-comm-overlap)",
+              lambda p, m, c: "overlap_tp_comm without sequence_parallel"
+              if p.overlap_tp_comm and p.tp > 1 and not p.sequence_parallel else None),
+        ]
+    out += [
         R("vpp-uneven", "with virtual stages the first and last stage layers must divide by vpp",
           f"{_MC} TransformerConfig.__post_init__ (num_layers_in_first/last_pipeline_stage)",
           lambda p, m, c: _vpp_uneven(p, m)),
@@ -170,8 +183,10 @@ def _mcore_rules(fw: str, src: str) -> list[Rule]:
           lambda p, m, c: f"{p.grad_accum} micro-batches, pp {p.pp}" if p.vpp > 1 and (
               p.grad_accum < p.pp or 0 < p.grad_accum % p.pp < p.pp) else None),
         R("fp8-gpu", "FP8 needs Transformer Engine on a GPU with FP8 tensor cores (Ada/Hopper or newer)",
-          f"{_MLM} _add_transformer_engine_args (--fp8-format)", lambda p, m, c: _fp8_gpu(p, c)),
+          f"{_MLM} _add_transformer_engine_args (--fp8-format)" if mlm
+          else f"{_NM} MegatronMixedPrecision(fp8=...) (Transformer Engine)", lambda p, m, c: _fp8_gpu(p, c)),
     ]
+    return out
 
 
 def _vpp_uneven(p: Plan, m: ModelSpec) -> Optional[str]:
@@ -398,8 +413,8 @@ _TT_RULES = [
 
 
 RULES: dict[str, tuple[Rule, ...]] = {
-    "megatron": tuple(_mcore_rules("megatron", _MLM)),
-    "nemo": tuple(_mcore_rules("nemo", _NM)) + tuple(_NEMO_EXTRA),
+    "megatron": tuple(_mcore_rules("megatron")),
+    "nemo": tuple(_mcore_rules("nemo")) + tuple(_NEMO_EXTRA),
     "deepspeed": tuple(_DS_RULES),
     "torchtitan": tuple(_TT_RULES),
 }
@@ -458,8 +473,11 @@ def _inert(fw: str, p: Plan) -> dict:
         ch["overlap_tp_comm"] = False
     grad_inert = p.dp == 1
     param_inert = p.dp == 1 or p.zero == 0
-    if fw in ("megatron", "nemo"):
+    if fw == "megatron":
         if param_inert and p.overlap_param_gather and (p.zero == 0 or not p.overlap_grad_reduce):
+            ch["overlap_param_gather"] = False
+    elif fw == "nemo":
+        if p.zero == 0 and p.overlap_param_gather:  # used only with the distributed optimizer / FSDP
             ch["overlap_param_gather"] = False
     elif fw == "deepspeed":
         if grad_inert and p.zero == 0 and p.overlap_grad_reduce:
@@ -499,12 +517,15 @@ def conform(framework: str, plan: Plan, num_layers: int | None = None) -> Plan:
     fw = _known(framework)
     p = normalize(fw, plan, num_layers)
     ch: dict = {}
-    if fw in ("megatron", "nemo"):
-        if p.overlap_tp_comm and p.tp > 1 and (not p.sequence_parallel or fw == "nemo"):
+    if fw == "megatron":
+        if p.overlap_tp_comm and p.tp > 1 and not p.sequence_parallel:
             ch["overlap_tp_comm"] = False
         if p.overlap_param_gather and not p.overlap_grad_reduce and p.zero >= 1:
             ch["overlap_param_gather"] = False
-        if fw == "nemo" and not p.flash_attention:
+    elif fw == "nemo":
+        if p.overlap_tp_comm and p.tp > 1:
+            ch["overlap_tp_comm"] = False
+        if not p.flash_attention:
             ch["flash_attention"] = True
     elif fw == "deepspeed":
         if p.tp > 1 and p.sequence_parallel:
@@ -520,6 +541,12 @@ def conform(framework: str, plan: Plan, num_layers: int | None = None) -> Plan:
         ch.update(flash_attention=True, fp32_grads=True, overlap_grad_reduce=True, overlap_param_gather=True)
     ch = {k: v for k, v in ch.items() if getattr(p, k) != v}
     return normalize(fw, _rebuild(p, **ch), num_layers)
+
+
+def runnable(framework: str, plan: Plan, model: ModelSpec, cluster=None) -> Optional[Plan]:
+    """The conformed plan when the framework can run it, else None (for a search's candidates)."""
+    p = conform(framework, plan, model.num_layers)
+    return None if check(framework, p, model, cluster) else p
 
 
 # ------------------------------------------------------------------ capabilities
@@ -578,7 +605,7 @@ _CAPS = {
         recompute=("none", "selective", "full", "partial"), precision=("bf16", "fp16", "fp8"),
         tensor_parallel=True, pipeline_parallel=True, context_parallel=True, virtual_pipeline=True,
         uneven_stages=True, sequence_parallel=(True, False),
-        decides=("flash_attention", "overlap_tp_comm", "overlap_param_gather"),
+        decides=("flash_attention", "overlap_tp_comm"),
         notes=("fp8 needs a GPU with FP8 tensor cores", "no ALiBi models",
                "GPU count in whole nodes beyond one node")),
     "deepspeed": Capabilities(

@@ -211,6 +211,18 @@ def test_conform_changes_only_what_the_framework_decides(pm):
             assert getattr(p, k) == getattr(q, k)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@given(pm=plans())
+def test_runnable_is_conform_then_check(pm):
+    p, m = pm
+    for framework in FW:
+        q = F.runnable(framework, p, m, H100)
+        c = F.conform(framework, p, m.num_layers)
+        assert q == (None if F.check(framework, c, m, H100) else c)
+        if q is not None:
+            assert q.num_gpus == p.num_gpus and q.global_batch == p.global_batch
+
+
 def _llama(**kw) -> Plan:
     base = dict(num_gpus=256, tp=8, pp=4, micro_batch=1, global_batch=512, seq_len=4096)
     base.update(kw)
@@ -264,6 +276,7 @@ def test_a_range_of_fixed_plans_round_trip():
      "megatron-alibi"),
     ("megatron", "llama2-70b", _llama(zero=3), "megatron-fsdp-pp"),
     ("megatron", "llama2-70b", _llama(overlap_grad_reduce=False), "megatron-overlap-param-gather"),
+    ("nemo", "bloom-176b", Plan(num_gpus=64, tp=8, pp=2, micro_batch=1, global_batch=64, seq_len=2048), "nemo-alibi"),
     ("megatron", "llama2-70b", _llama(sequence_parallel=False, overlap_tp_comm=True), "megatron-tp-comm-overlap"),
     ("megatron", "llama2-70b", _llama(vpp=2, recompute="full", recompute_layers=3), "megatron-recompute-vpp"),
     ("nemo", "llama2-70b", _llama(overlap_tp_comm=True), "nemo-tp-comm-callback"),
