@@ -310,12 +310,15 @@ def format_csv(res) -> str:
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True, help="output format")
 @click.option("--schema", type=click.Choice(["request", "result"]), default=None,
               help="print the JSON Schema of the request or the result and exit")
+@click.option("--plot", "plot_file", default=None, type=click.Path(dir_okay=False),
+              help="also draw the front (GPUs against days and dollars) to this .png/.svg/.pdf "
+              "(pip install 'plan-search[plot]')")
 @guarded
 def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, global_batch, seq_len, tokens,
          deadline_days, budget_usd, max_power_kw, memory_headroom, max_comm_ratio, tp, pp, cp, vpp, micro_batch,
          zero, recompute, recompute_layers, sequence_parallel, allow_cross_node_tp, max_cp, max_vpp,
          max_micro_batch, bf16_grads, no_overlap_tp_comm, precision, objective, solver,
-         time_limit, workers, seed, sets, fmt, schema) -> None:
+         time_limit, workers, seed, sets, fmt, schema, plot_file=None) -> None:
     """Search parallel plans (tp, pp, dp, cp, vpp, micro-batch, ZeRO, recomputation, SP) and GPU
     counts for the Pareto front of GPU count, training days and dollars, under memory,
     communication, deadline, budget and power limits; recommend one plan.
@@ -387,6 +390,10 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
 
     from planner.search import search
 
+    if plot_file:  # fail before searching when matplotlib is missing
+        from planner.plots import require_matplotlib
+
+        require_matplotlib()
     try:
         result = search(request)
     except NoFeasiblePlan as exc:
@@ -398,6 +405,11 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
         click.echo(format_csv(result))
     else:
         click.echo(format_table(result))
+    if plot_file:
+        from planner.plots import plot_front
+
+        plot_front(result, plot_file)
+        click.echo(f"wrote {plot_file}", err=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

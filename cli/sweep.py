@@ -1,0 +1,103 @@
+"""``plan-sweep SWEEP.yaml``: what-if sweeps, one ``plan-search`` per scenario, into one tidy table.
+
+The sweep file's format, the output's columns, resumption and the executors are described in
+:mod:`planner.sweep`. Exit codes (``cli.common``): 0 the table was written and at least one
+scenario has a feasible plan, 2 bad input (nothing is run), 3 no scenario is feasible (the
+table, saying why for each, is written all the same), 130 interrupted (what finished is written;
+rerun the same command to resume), 1 a worker process died (the same).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from cli.common import EXIT_INFEASIBLE, guarded
+
+EXIT_INTERRUPTED = 130
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.argument("sweep_file", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
+              help="the table: .csv or .parquet [default: SWEEP_FILE with the format's suffix]")
+@click.option("--format", "fmt", type=click.Choice(["csv", "parquet"], case_sensitive=False), default=None,
+              help="output format [default: from the output's suffix, else csv]")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: a process pool on this machine; ray: Ray tasks (pip install 'plan-search[ray]')")
+@click.option("--workers", type=click.IntRange(min=1, max=4096), default=None,
+              help="parallel scenarios [default: the usable cores; 1 runs them in this process]")
+@click.option("--ray-address", default=None, help="Ray cluster to join [default: RAY_ADDRESS, else a local "
+              "Ray instance with --workers CPUs]")
+@click.option("--plot", "plot_file", default=None, type=click.Path(dir_okay=False),
+              help="also plot the swept parameter against days and dollars (pip install 'plan-search[plot]')")
+@click.option("--plot-x", default=None, help="the axis on the plot's x axis [default: the numeric axis "
+              "with the most values]")
+@click.option("--overwrite", is_flag=True, default=False, help="start over: discard the output and its journal")
+@click.option("--quiet", "-q", is_flag=True, default=False, help="no progress bar")
+@click.option("--list", "list_only", is_flag=True, default=False,
+              help="print the scenarios (index, key, parameters) and exit")
+@guarded
+def main(sweep_file, output, fmt, executor, workers, ray_address, plot_file, plot_x, overwrite, quiet,
+         list_only) -> None:
+    """Run every scenario of SWEEP_FILE (a base request and axes over models, GPU types and counts,
+    sequence lengths, global batches, token budgets and --set what-ifs, combined as a product
+    or zipped) through the plan search, and write one row per scenario and front point.
+
+    Resumable: rerun with the same output and finished scenarios are skipped. Exit 0 with a
+    table, 2 on bad input, 3 when no scenario is feasible, 130 when interrupted.
+    """
+    from planner.sweep import WorkerLost, load_sweep, output_format, require_parquet, run_sweep
+
+    sweep = load_sweep(sweep_file)
+    if list_only:
+        for s in sweep.scenarios:
+            click.echo(f"{s.index:5d} {s.key} {s.label()}")
+        return
+    if output is None:
+        f = (fmt or "csv").lower()
+        output = str(Path(sweep_file).with_suffix(".parquet" if f == "parquet" else ".csv"))
+    f = output_format(output, fmt)
+    if f == "parquet":
+        require_parquet()
+    if plot_file:  # fail before running, not after
+        from planner.plots import require_matplotlib
+
+        require_matplotlib()
+        if plot_x is not None and plot_x not in sweep.axes:
+            raise click.BadParameter(f"{plot_x!r} is not an axis of the sweep ({', '.join(sweep.axes) or 'none'})",
+                                     param_hint="--plot-x")
+    try:
+        run = run_sweep(sweep, output, fmt=f, executor=executor, workers=workers, overwrite=overwrite,
+                        progress=not quiet, ray_address=ray_address)
+    except WorkerLost as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    c = run.counts
+    done = sum(c.values())
+    click.echo(f"wrote {run.output}: {len(run.frame)} rows, {done} of {run.scenarios} scenarios "
+               f"({c.get('ok', 0)} feasible, {c.get('infeasible', 0)} infeasible, {c.get('error', 0)} errors); "
+               f"ran {run.ran}, resumed {run.resumed}; {run.elapsed_s:.1f} s")
+    if c.get("error"):
+        df = run.frame
+        for _, r in df[df["status"] == "error"].drop_duplicates("scenario").head(5).iterrows():
+            click.echo(f"  scenario {r['scenario']}: error: {r['message']}", err=True)
+    if run.interrupted:
+        click.echo(f"interrupted: {done} of {run.scenarios} scenarios kept in {run.output}; rerun the same "
+                   "command to resume", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    if plot_file:
+        from planner.plots import plot_sweep
+
+        plot_sweep(run.frame, plot_file, axes=sweep.axes, x=plot_x)
+        click.echo(f"wrote {plot_file}")
+    if not c.get("ok"):
+        click.echo("infeasible: no scenario has a feasible plan (see the status, reason and message columns)",
+                   err=True)
+        sys.exit(EXIT_INFEASIBLE)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

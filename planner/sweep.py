@@ -1,0 +1,771 @@
+"""``plan-sweep``: what-if sweeps, one :func:`planner.search.search` per scenario, into one tidy table.
+
+The sweep file (YAML or JSON, read by :func:`models.io.load_document`)::
+
+    base:                      # a SearchRequest mapping (plan-search --schema request)
+      model: gpt3-175b
+      gpu: a100-80gb
+      tokens: 300B
+    combine: product           # product (cartesian, the default) or zip (lists of equal length)
+    sweep:                     # axes, each a list of values, in the order of the file
+      gpus: [512, 1024, 2048]  # a request field: model, gpu, gpus, seq_len, global_batch, tokens, ...
+      node.inter_node_gbps: [25, 50, 100]   # anything else: a --set what-if key
+      knobs.zero: [1, 3]       # knobs.<field>: a plan-knob domain
+
+Axis values replace the base's field (list fields -- ``gpu``, ``gpus``, ``global_batch``,
+knob domains -- take a scalar as a one-element list, or a list as it is: ``gpu: [[a100-80gb,
+h100-sxm]]`` is one scenario with both systems on one front). A ``--set`` axis adds
+``KEY=VALUE`` after the base's ``sets``. ``tokens`` takes numbers or ``300B``/``1.4T``.
+
+Output (:func:`run_sweep`): one row per scenario and front point, with ``scenario`` (its index
+in the sweep), ``scenario_key`` (a hash of the scenario's full request: what resumption
+matches on), one column per axis (named as the axis), ``status`` (``ok``, ``infeasible`` or
+``error``), ``reason`` (the infeasibility's constraint: memory, deadline, ...) and ``message``,
+then the point's system, GPU count, plan knobs (``plan_global_batch`` is the batch the plan
+chose), step time, MFU, memory, days, GPU-hours, dollars, energy, power, scaling efficiency,
+bottleneck and binding constraints, and ``recommended``. An infeasible scenario is one row that
+says why. When the recommended plan is not on the front (objectives least-energy, best-mfu) it
+is one more row with ``on_front`` false.
+
+Resumption: every finished scenario is appended (flushed and fsynced) to a journal beside the
+output, ``OUT.journal``, as it finishes; the table is written (atomically) in scenario order at
+the end or on an interrupt, and the journal removed. A rerun with the same output reads both
+and runs only the scenarios whose key is in neither (scenarios that ended in ``error`` are run
+again). Rows of scenarios that are not in the sweep any more are refused unless ``overwrite``.
+
+Executors: ``local`` (default) runs the scenarios on a ``ProcessPoolExecutor`` of ``workers``
+processes (default: the usable cores; 1 runs them in this process); ``ray`` as Ray tasks
+(``pip install 'plan-search[ray]'``; a local Ray instance unless ``ray_address`` or
+``RAY_ADDRESS`` names a cluster, whose workers need this package installed). The order of the
+output never depends on the order of completion.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from models.io import InputError, load_document, validation_message
+
+from .request import Knobs, NoFeasiblePlan, SearchRequest
+
+MAX_SCENARIOS = 100_000
+#: Request fields that hold lists: an axis value that is a scalar becomes a one-element list.
+LIST_FIELDS = {"gpu", "gpus", "global_batch", "sets"}
+KNOB_LIST_FIELDS = {"tp", "pp", "cp", "vpp", "micro_batch", "zero", "recompute", "recompute_layers",
+                    "sequence_parallel"}
+#: The columns after the scenario's parameters, in order (plan-search's CSV, renamed where a
+#: name would collide with a request field: ``system`` is the point's GPU type).
+RESULT_COLUMNS = (
+    "status", "reason", "point", "on_front", "recommended", "system", "num_gpus", "nodes", "tp", "pp", "dp",
+    "cp", "vpp", "micro_batch", "plan_global_batch", "grad_accum", "zero", "recompute", "recompute_layers",
+    "sequence_parallel", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "memory_gib",
+    "memory_usable_gib", "comm_ratio", "days", "gpu_hours", "cost_usd", "energy_kwh", "power_kw",
+    "scaling_efficiency", "bottleneck", "binding", "proven_optimal", "search_s", "message",
+)
+HEAD_COLUMNS = ("scenario", "scenario_key")
+_INT = ("scenario", "point", "num_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch", "plan_global_batch",
+        "grad_accum", "zero", "recompute_layers")
+_BOOL = ("on_front", "recommended", "sequence_parallel", "proven_optimal")
+_TEXT = ("scenario_key", "status", "reason", "system", "recompute", "bottleneck", "binding", "message")
+#: pandas dtypes of the fixed columns (nullable: an infeasible scenario's row has no plan)
+DTYPES = {**{c: "Int64" for c in _INT}, **{c: "boolean" for c in _BOOL}, **{c: "string" for c in _TEXT},
+          **{c: "Float64" for c in RESULT_COLUMNS if c not in _INT + _BOOL + _TEXT}}
+STATUSES = ("ok", "infeasible", "error")
+
+
+# ------------------------------------------------------------------ the sweep file
+class SweepFile(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    base: dict[str, Any] = Field(default_factory=dict, description="a SearchRequest mapping")
+    sweep: dict[str, list[Any]] = Field(default_factory=dict, description="axis -> values")
+    combine: Literal["product", "zip"] = "product"
+    name: str | None = None
+
+    @field_validator("sweep", mode="before")
+    @classmethod
+    def _axes(cls, v):
+        if v is None:
+            return {}
+        if not isinstance(v, dict):
+            raise ValueError("expected a mapping of axis -> list of values")
+        for k, vals in v.items():
+            if not isinstance(vals, list):
+                raise ValueError(f"{k}: expected a list of values, e.g. {k}: [{vals!r}]")
+            if not vals:
+                raise ValueError(f"{k}: empty list of values")
+        return v
+
+
+@dataclass(frozen=True)
+class Scenario:
+    index: int
+    key: str
+    params: dict[str, Any]  # axis -> column value
+    request: SearchRequest
+
+    def label(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.params.items()) or "base"
+
+
+@dataclass
+class Sweep:
+    axes: list[str]
+    scenarios: list[Scenario]
+    combine: str
+    name: str | None = None
+
+
+_SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+
+def parse_tokens(value: Any, where: str = "tokens") -> float:
+    """``3e11``, ``300e9`` (YAML reads it as text), ``300B``, ``1.4T`` -> a float."""
+    if isinstance(value, bool):
+        raise InputError(f"{where}: {value!r} is not a token count")
+    if isinstance(value, (int, float)):
+        return float(value)
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgGtT]?)\s*", str(value))
+    if not m:
+        raise InputError(f"{where}: {value!r} is not a token count (e.g. 300e9 or 300B)")
+    return float(m.group(1)) * _SUFFIX[m.group(2).lower()]
+
+
+def axis_kind(name: str) -> str:
+    """``request`` (a SearchRequest field), ``knob`` (``knobs.<field>``) or ``set`` (a --set key)."""
+    if name.startswith("knobs."):
+        return "knob"
+    if name in SearchRequest.model_fields:
+        if name in ("knobs",):
+            raise InputError(f"sweep.{name}: sweep one knob at a time, e.g. knobs.zero: [1, 3]")
+        return "request"
+    return "set"
+
+
+def _column_value(v: Any) -> Any:
+    if isinstance(v, (list, tuple)):
+        return ",".join(str(_column_value(x)) for x in v)
+    if isinstance(v, dict):
+        return json.dumps(v, sort_keys=True)
+    return v
+
+
+def _set_text(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (dict, list)):
+        return json.dumps(v)
+    return str(v)
+
+
+def _apply(data: dict, knobs: dict, name: str, value: Any) -> None:
+    kind = axis_kind(name)
+    if kind == "request":
+        if name == "tokens":
+            value = parse_tokens(value, f"sweep.{name}")
+        if name in LIST_FIELDS and not isinstance(value, list):
+            value = [value]
+        if name == "sets":
+            data["sets"] = list(data.get("sets") or []) + [str(s) for s in value]
+        else:
+            data[name] = value
+    elif kind == "knob":
+        f = name.split(".", 1)[1]
+        if f not in Knobs.model_fields:
+            raise InputError(f"sweep.{name}: no such knob; knobs are {', '.join(Knobs.model_fields)}")
+        if f in KNOB_LIST_FIELDS and not isinstance(value, list):
+            value = [value]
+        knobs[f] = value
+    else:
+        data["sets"] = list(data.get("sets") or []) + [f"{name}={_set_text(value)}"]
+
+
+def scenario_key(request: SearchRequest) -> str:
+    """16 hex digits of the SHA-256 of the request's canonical JSON."""
+    text = json.dumps(request.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def build_sweep(doc: dict, where: str = "sweep") -> Sweep:
+    """Scenarios of a sweep document, each a validated SearchRequest; every model and system
+    (with its what-if overrides) is resolved once here, so a typo fails before anything runs."""
+    try:
+        spec = SweepFile.model_validate(doc)
+    except ValidationError as exc:
+        raise InputError(validation_message(exc, where)) from None
+    base = dict(spec.base)
+    if "tokens" in base:
+        base["tokens"] = parse_tokens(base["tokens"], f"{where}: base.tokens")
+    for k in LIST_FIELDS:
+        if k in base and not isinstance(base[k], list):
+            base[k] = [base[k]]
+    axes = list(spec.sweep)
+    for a in axes:
+        axis_kind(a)
+    values = [spec.sweep[a] for a in axes]
+    if spec.combine == "zip":
+        lens = {a: len(v) for a, v in zip(axes, values)}
+        if len(set(lens.values())) > 1:
+            raise InputError(f"{where}: combine zip needs lists of one length; got "
+                             + ", ".join(f"{a} {n}" for a, n in lens.items()))
+        combos: Iterable = zip(*values)
+        total = len(values[0]) if values else 1
+    else:
+        combos = itertools.product(*values)
+        total = math.prod(len(v) for v in values)
+    if total > MAX_SCENARIOS:
+        raise InputError(f"{where}: {total:,} scenarios; the limit is {MAX_SCENARIOS:,}")
+    scenarios: list[Scenario] = []
+    seen: dict[str, int] = {}
+    for i, combo in enumerate(combos):
+        data = json.loads(json.dumps(base))
+        knobs = dict(data.pop("knobs", None) or {})
+        params = {}
+        for a, v in zip(axes, combo):
+            _apply(data, knobs, a, v)
+            params[a] = _column_value(v)
+        if knobs:
+            data["knobs"] = knobs
+        label = ", ".join(f"{k}={v}" for k, v in params.items()) or "base"
+        try:
+            req = SearchRequest.model_validate(data)
+        except ValidationError as exc:
+            raise InputError(validation_message(exc, f"{where}: scenario {i} ({label})")) from None
+        key = scenario_key(req)
+        if key in seen:
+            raise InputError(f"{where}: scenarios {seen[key]} and {i} ({label}) are the same request; "
+                             "remove the repeated value")
+        seen[key] = i
+        scenarios.append(Scenario(i, key, params, req))
+    if not scenarios:
+        raise InputError(f"{where}: no scenarios")
+    _check_resolvable(scenarios, where)
+    # one dtype per column: an axis mixing lists and scalars is all text
+    for a in axes:
+        if any(isinstance(v, (list, dict)) for v in spec.sweep[a]):
+            for s in scenarios:
+                s.params[a] = str(s.params[a])
+    return Sweep(axes, scenarios, spec.combine, spec.name)
+
+
+def _check_resolvable(scenarios: list[Scenario], where: str) -> None:
+    from hardware.resolve import resolve_cluster
+    from models.resolve import resolve_model
+
+    models: set[str] = set()
+    systems: set[tuple] = set()
+    for s in scenarios:
+        r = s.request
+        try:
+            if r.model not in models:
+                resolve_model(r.model)
+                models.add(r.model)
+            for g in r.gpu:
+                k = (g, tuple(r.sets))
+                if k not in systems:
+                    resolve_cluster(g, r.sets)
+                    systems.add(k)
+        except (ValueError, OSError) as exc:
+            text = " ".join(str(exc).split())
+            raise InputError(f"{where}: scenario {s.index} ({s.label()}): {text}") from None
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    return build_sweep(load_document(path, "sweep"), f"sweep {Path(path).name}")
+
+
+# ------------------------------------------------------------------ one scenario
+def _point_row(fp, index: int | None, recommended: bool) -> dict:
+    p = fp.plan
+    return {
+        "point": index, "on_front": True, "recommended": recommended, "system": fp.gpu, "num_gpus": fp.num_gpus,
+        "nodes": fp.nodes, "tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "vpp": p.vpp,
+        "micro_batch": p.micro_batch, "plan_global_batch": p.global_batch, "grad_accum": p.grad_accum,
+        "zero": p.zero, "recompute": p.recompute, "recompute_layers": p.recompute_layers,
+        "sequence_parallel": p.sequence_parallel, "step_time_s": fp.step_time_s, "tokens_per_s": fp.tokens_per_s,
+        "tokens_per_s_per_gpu": fp.tokens_per_s_per_gpu, "mfu": fp.mfu, "memory_gib": fp.memory_gib,
+        "memory_usable_gib": fp.memory_usable_gib, "comm_ratio": fp.comm_ratio, "days": fp.days,
+        "gpu_hours": fp.gpu_hours, "cost_usd": fp.cost_usd, "energy_kwh": fp.energy_kwh, "power_kw": fp.power_kw,
+        "scaling_efficiency": fp.scaling_efficiency, "bottleneck": fp.bottleneck, "binding": "+".join(fp.binding),
+    }
+
+
+def _estimate_row(e, gpus_per_node: int | None) -> dict:
+    p = e.plan
+    run = e.run
+    return {
+        "point": None, "on_front": False, "recommended": True, "system": e.cluster, "num_gpus": p.num_gpus,
+        "nodes": p.num_gpus / gpus_per_node if gpus_per_node else None, "tp": p.tp, "pp": p.pp, "dp": p.dp,
+        "cp": p.cp, "vpp": p.vpp, "micro_batch": p.micro_batch, "plan_global_batch": p.global_batch,
+        "grad_accum": p.grad_accum, "zero": p.zero, "recompute": p.recompute,
+        "recompute_layers": p.recompute_layers, "sequence_parallel": p.sequence_parallel,
+        "step_time_s": e.step_time_s, "tokens_per_s": e.tokens_per_s, "tokens_per_s_per_gpu": e.tokens_per_s_per_gpu,
+        "mfu": e.mfu, "memory_gib": e.memory.peak_gib, "memory_usable_gib": e.memory.usable_gib,
+        "comm_ratio": e.comm_ratio, "days": run.days if run else None, "gpu_hours": run.gpu_hours if run else None,
+        "cost_usd": run.cost_usd if run else None, "energy_kwh": run.energy_kwh if run else None,
+        "power_kw": e.power_kw, "scaling_efficiency": None, "bottleneck": e.bottleneck, "binding": "",
+    }
+
+
+def result_rows(result) -> list[dict]:
+    """The result part of the rows of one scenario's :class:`SearchResult`."""
+    rows = [_point_row(fp, i, result.recommended_index == i) for i, fp in enumerate(result.front)]
+    if result.recommended_index is None:
+        gpn = None
+        for fp in result.front:
+            if fp.gpu == result.recommended.cluster:
+                gpn = round(fp.num_gpus / fp.nodes)
+                break
+        rows.append(_estimate_row(result.recommended, gpn))
+    extra = {"status": "ok", "reason": "", "proven_optimal": result.stats.proven_optimal,
+             "search_s": result.stats.total_s, "message": ""}
+    return [dict(r, **extra) for r in rows]
+
+
+def run_scenario(index: int, request: dict) -> dict:
+    """Run one scenario (in a worker process or a Ray task): ``{"index", "status", "rows"}``.
+
+    Never raises for a scenario's own failure: nothing feasible is a row with status
+    ``infeasible`` and the reason; any other error is a row with status ``error``."""
+    t0 = time.perf_counter()
+    try:
+        from .search import search
+
+        result = search(SearchRequest.model_validate(request))
+        rows = result_rows(result)
+        status = "ok"
+    except NoFeasiblePlan as exc:
+        status = "infeasible"
+        rows = [{"status": status, "reason": exc.reason, "on_front": False, "recommended": False,
+                 "search_s": time.perf_counter() - t0, "message": " ".join(str(exc).split()),
+                 "system": exc.system}]
+    except Exception as exc:  # noqa: BLE001  (one bad scenario must not end the sweep)
+        status = "error"
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        rows = [{"status": status, "reason": type(exc).__name__, "on_front": False, "recommended": False,
+                 "search_s": time.perf_counter() - t0, "message": text}]
+    return {"index": index, "status": status, "rows": rows}
+
+
+# ------------------------------------------------------------------ progress
+def _clock(seconds: float) -> str:
+    s = int(round(max(0.0, seconds)))
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class Progress:
+    """A progress bar on ``stream`` (stderr): done/total, elapsed, an estimate of the time left
+    (elapsed per scenario run so far x scenarios left; skipped ones cost nothing). On a terminal
+    one line redrawn in place; otherwise a line at most every ``interval`` seconds and at the end."""
+
+    def __init__(self, total: int, *, skipped: int = 0, stream=None, enabled: bool = True, width: int = 24,
+                 interval: float = 5.0, label: str = "plan-sweep"):
+        self.total = total
+        self.skipped = skipped
+        self.done = 0
+        self.bad = {"infeasible": 0, "error": 0}
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled
+        self.width = width
+        self.interval = interval
+        self.label = label
+        self.t0 = time.monotonic()
+        self._last = -math.inf
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def line(self) -> str:
+        todo = self.total - self.skipped
+        finished = self.skipped + self.done
+        frac = finished / self.total if self.total else 1.0
+        fill = int(round(frac * self.width))
+        bar = "#" * fill + "-" * (self.width - fill)
+        el = time.monotonic() - self.t0
+        if self.done and self.done < todo:
+            left = f"left ~{_clock(el / self.done * (todo - self.done))}"
+        elif self.done >= todo:
+            left = "done"
+        else:
+            left = "left ?"
+        extra = ", ".join(f"{n} {k}" for k, n in self.bad.items() if n)
+        skip = f", {self.skipped} resumed" if self.skipped else ""
+        return (f"{self.label} [{bar}] {finished}/{self.total} {100 * frac:3.0f}%  elapsed {_clock(el)}  "
+                f"{left}{skip}{' (' + extra + ')' if extra else ''}")
+
+    def show(self, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if self.tty:
+            self.stream.write("\r" + self.line().ljust(79) + "\033[K")
+            self.stream.flush()
+        elif force or now - self._last >= self.interval:
+            self.stream.write(self.line() + "\n")
+            self.stream.flush()
+            self._last = now
+
+    def update(self, status: str = "ok") -> None:
+        self.done += 1
+        if status in self.bad:
+            self.bad[status] += 1
+        self.show(force=self.done + self.skipped >= self.total)
+
+    def close(self) -> None:
+        if self.enabled and self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+# ------------------------------------------------------------------ storage
+def output_format(path: str | Path, fmt: str | None = None) -> str:
+    suffix = Path(path).suffix.lower()
+    inferred = "parquet" if suffix in (".parquet", ".pq") else "csv"
+    if fmt is None:
+        return inferred
+    fmt = fmt.lower()
+    if fmt not in ("csv", "parquet"):
+        raise InputError(f"--format: {fmt!r}; use csv or parquet")
+    if suffix in (".parquet", ".pq", ".csv") and fmt != inferred:
+        raise InputError(f"--format {fmt} does not match the output {Path(path).name}")
+    return fmt
+
+
+def require_parquet() -> None:
+    """Parquet through pandas needs pyarrow (or fastparquet): a one-line error without them."""
+    import importlib
+
+    for mod in ("pyarrow", "fastparquet"):
+        try:
+            importlib.import_module(mod)
+            return
+        except ImportError:
+            continue
+    raise InputError("Parquet output needs pyarrow: pip install pyarrow (or write CSV: -o out.csv)")
+
+
+def journal_path(output: str | Path) -> Path:
+    return Path(str(output) + ".journal")
+
+
+def read_journal(path: Path) -> dict[str, dict]:
+    """key -> journal entry; a torn last line (a kill mid-write) is ignored."""
+    out: dict[str, dict] = {}
+    if not path.exists():
+        return out
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                entry = json.loads(line)
+                out[str(entry["key"])] = entry
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue
+    return out
+
+
+def read_output(path: Path, fmt: str) -> dict[str, list[dict]]:
+    """key -> result rows of an existing output table (for resumption)."""
+    import pandas as pd
+
+    if not path.exists():
+        return {}
+    try:
+        if fmt == "parquet":
+            require_parquet()
+            df = pd.read_parquet(path)
+        else:
+            df = pd.read_csv(path, dtype={"scenario_key": str, "status": str, "reason": str, "message": str,
+                                          "binding": str, "bottleneck": str, "system": str}, keep_default_na=True)
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise InputError(f"{path.name}: cannot read it to resume ({' '.join(str(exc).split())}); "
+                         "pass --overwrite to start over") from None
+    if "scenario_key" not in df.columns or "status" not in df.columns:
+        raise InputError(f"{path.name}: not a plan-sweep table (no scenario_key column); pass --overwrite "
+                         "or write elsewhere")
+    out: dict[str, list[dict]] = {}
+    cols = [c for c in RESULT_COLUMNS if c in df.columns]
+    for rec in df[["scenario_key"] + cols].to_dict("records"):
+        clean = {k: (None if _isna(v) else v) for k, v in rec.items()}
+        out.setdefault(str(clean.pop("scenario_key")), []).append(clean)
+    return out
+
+
+def _isna(v) -> bool:
+    try:
+        return v is None or (isinstance(v, float) and math.isnan(v)) or (v is not None and str(v) == "<NA>")
+    except (TypeError, ValueError):
+        return False
+
+
+def build_frame(sweep: Sweep, results: dict[str, list[dict]]):
+    """The tidy table: scenarios in sweep order, rows in front order; nullable dtypes."""
+    import pandas as pd
+
+    records = []
+    for s in sweep.scenarios:
+        rows = results.get(s.key)
+        if rows is None:
+            continue
+        for r in rows:
+            rec = {"scenario": s.index, "scenario_key": s.key}
+            rec.update(s.params)
+            rec.update({c: r.get(c) for c in RESULT_COLUMNS})
+            records.append(rec)
+    columns = list(HEAD_COLUMNS) + list(sweep.axes) + list(RESULT_COLUMNS)
+    df = pd.DataFrame.from_records(records, columns=columns)
+    axes = list(sweep.axes)
+    if axes:
+        df[axes] = df[axes].convert_dtypes()
+    for c, t in DTYPES.items():
+        df[c] = df[c].astype(t)
+        if t == "string":  # "" and missing are one thing (CSV cannot tell them apart)
+            df[c] = df[c].mask(df[c] == "")
+    return df
+
+
+def write_frame(df, path: Path, fmt: str) -> None:
+    """Write atomically (a temporary file beside it, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        if fmt == "parquet":
+            df.to_parquet(tmp, index=False)
+        else:
+            df.to_csv(tmp, index=False)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+# ------------------------------------------------------------------ executors
+class WorkerLost(RuntimeError):
+    """A worker process died (killed, out of memory): what finished is kept; rerun to resume."""
+
+
+def _worker_init() -> None:
+    """Workers leave the terminal's process group, so Ctrl-C reaches the parent only (which then
+    ends them): CP-SAT installs its own SIGINT handler during a solve and restores the default
+    one afterwards, so ignoring the signal is not enough."""
+    import signal
+
+    try:
+        os.setpgrp()
+    except OSError:  # pragma: no cover
+        pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _local(todo: list[Scenario], workers: int) -> Iterator[dict]:
+    if workers <= 1:
+        import signal
+        import threading
+
+        main_thread = threading.current_thread() is threading.main_thread()
+        handler = signal.getsignal(signal.SIGINT) if main_thread else None
+        for s in todo:
+            res = run_scenario(s.index, s.request.model_dump(mode="json"))
+            if handler is not None:
+                # CP-SAT leaves SIGINT at the C default (die at once) after a solve: put Python's back
+                signal.signal(signal.SIGINT, handler)
+            yield res
+        return
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    # spawn: the workers import the planner afresh (~0.5 s), nothing inherited from a parent with threads
+    ctx = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init)
+    finished = False
+    try:
+        pending = {pool.submit(run_scenario, s.index, s.request.model_dump(mode="json")) for s in todo}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                try:
+                    res = f.result()
+                except BrokenProcessPool:
+                    raise WorkerLost("a worker process died (killed, or out of memory?); the finished scenarios "
+                                     "are kept: rerun the same command to resume") from None
+                yield res
+        finished = True
+    finally:
+        if finished:
+            pool.shutdown(wait=True)
+        else:  # interrupted: drop the queue and end this pool's own worker processes
+            procs = list((getattr(pool, "_processes", None) or {}).values())
+            pool.shutdown(wait=False, cancel_futures=True)
+            for proc in procs:
+                if proc.is_alive():
+                    proc.terminate()
+            for proc in procs:
+                proc.join(timeout=5)
+
+
+def _ray(todo: list[Scenario], workers: int, address: str | None) -> Iterator[dict]:
+    try:
+        import ray
+    except ImportError:
+        raise InputError("--executor ray needs Ray: pip install 'plan-search[ray]' (or pip install ray)") from None
+    started = False
+    if not ray.is_initialized():
+        kw = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+        address = address or os.environ.get("RAY_ADDRESS")
+        if address:
+            ray.init(address=address, **kw)
+        else:
+            ray.init(num_cpus=workers, **kw)
+        started = True
+    try:
+        task = ray.remote(num_cpus=1, max_retries=1)(run_scenario)
+        pending = [task.remote(s.index, s.request.model_dump(mode="json")) for s in todo]
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for ref in ready:
+                yield ray.get(ref)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def default_workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover
+        return max(1, os.cpu_count() or 1)
+
+
+# ------------------------------------------------------------------ the sweep
+@dataclass
+class SweepRun:
+    """What :func:`run_sweep` did."""
+
+    output: Path
+    frame: Any
+    scenarios: int
+    ran: int
+    resumed: int
+    counts: dict[str, int] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+    interrupted: bool = False
+
+
+def run_sweep(sweep: Sweep, output: str | Path, *, fmt: str | None = None, executor: str = "local",
+              workers: int | None = None, overwrite: bool = False, progress: bool = True, stream=None,
+              ray_address: str | None = None, on_result: Callable[[dict], None] | None = None) -> SweepRun:
+    """Run the scenarios not yet in ``output`` (or its journal), write the table. See the module
+    docstring. ``on_result`` is called with every finished scenario (after it is journaled)."""
+    t0 = time.perf_counter()
+    output = Path(output)
+    fmt = output_format(output, fmt)
+    if fmt == "parquet":
+        require_parquet()
+    if executor not in ("local", "ray"):
+        raise InputError(f"--executor: {executor!r}; use local or ray")
+    if workers is not None and workers < 1:
+        raise InputError(f"--workers: {workers} must be at least 1")
+    jpath = journal_path(output)
+    if overwrite:
+        for p in (output, jpath):
+            if p.exists():
+                p.unlink()
+    results: dict[str, list[dict]] = {}
+    results.update(read_output(output, fmt))
+    journal = read_journal(jpath)
+    for k, entry in journal.items():
+        results[k] = entry["rows"]
+    keys = {s.key for s in sweep.scenarios}
+    stale = set(results) - keys
+    if stale:
+        raise InputError(f"{output.name} holds rows of {len(stale)} scenario(s) that are not in this sweep "
+                         "(the sweep file changed?); write to another output or pass --overwrite")
+    # scenarios that ended in an error are run again
+    for k in [k for k, rows in results.items() if any(r.get("status") == "error" for r in rows)]:
+        del results[k]
+    todo = [s for s in sweep.scenarios if s.key not in results]
+    resumed = len(sweep.scenarios) - len(todo)
+    n_workers = workers or default_workers()
+    n_workers = max(1, min(n_workers, len(todo))) if todo else 1
+    if executor == "ray" and todo:
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise InputError("--executor ray needs Ray: pip install 'plan-search[ray]' (or pip install ray)") \
+                from None
+    bar = Progress(len(sweep.scenarios), skipped=resumed, stream=stream, enabled=progress)
+    by_index = {s.index: s for s in sweep.scenarios}
+    interrupted = False
+    if todo:
+        bar.show(force=True)
+        it = _ray(todo, n_workers, ray_address) if executor == "ray" else _local(todo, n_workers)
+        jpath.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(jpath, "a", encoding="utf-8") as jf:
+                for res in it:
+                    s = by_index[res["index"]]
+                    entry = {"key": s.key, "index": s.index, "params": s.params, "rows": res["rows"]}
+                    jf.write(json.dumps(entry, default=_json_default) + "\n")
+                    jf.flush()
+                    os.fsync(jf.fileno())
+                    results[s.key] = res["rows"]
+                    bar.update(res["status"])
+                    if on_result is not None:
+                        on_result(res)
+        except KeyboardInterrupt:
+            interrupted = True
+            it.close()
+        except BaseException:
+            it.close()
+            bar.close()
+            _save(sweep, results, output, fmt, jpath)  # keep what finished, then let the error through
+            raise
+        finally:
+            bar.close()
+    df = _save(sweep, results, output, fmt, jpath, write=bool(todo or journal or not output.exists()))
+    counts = {k: 0 for k in STATUSES}
+    for s in sweep.scenarios:
+        rows = results.get(s.key)
+        if rows:
+            counts[rows[0].get("status") or "error"] = counts.get(rows[0].get("status") or "error", 0) + 1
+    return SweepRun(output=output, frame=df, scenarios=len(sweep.scenarios),
+                    ran=sum(1 for s in todo if s.key in results), resumed=resumed, counts=counts,
+                    elapsed_s=time.perf_counter() - t0, interrupted=interrupted)
+
+
+def _save(sweep: Sweep, results: dict, output: Path, fmt: str, jpath: Path, write: bool = True):
+    """The table of what finished, written atomically; then the journal is not needed. The
+    journal is read again first: an interrupt between its write and ``results`` loses nothing."""
+    keys = {s.key for s in sweep.scenarios}
+    for k, entry in read_journal(jpath).items():
+        if k in keys:
+            results.setdefault(k, entry["rows"])
+    df = build_frame(sweep, results)
+    if write:
+        write_frame(df, output, fmt)
+    if jpath.exists():
+        jpath.unlink()
+    return df
+
+
+def _json_default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    raise TypeError(f"{type(o).__name__} is not JSON serialisable")
