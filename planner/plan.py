@@ -119,6 +119,37 @@ class Plan(BaseModel):
         rc = self.recompute + (f"({self.recompute_layers})" if self.recompute_layers else "")
         return s + f" mb{self.micro_batch} z{self.zero} {rc}"
 
+    # Launch configurations (planner.emit; imported here because emit imports this module).
+    def to_megatron_args(self, model: ModelSpec, cluster=None) -> list[str]:
+        """Megatron-LM command-line flags for this plan (refused, naming the rule, if it cannot run)."""
+        from .emit import to_megatron_args
+
+        return to_megatron_args(self, model, cluster)
+
+    def to_deepspeed_config(self, model: ModelSpec, cluster=None) -> dict:
+        """DeepSpeed config JSON (as a dict) for this plan."""
+        from .emit import to_deepspeed_config
+
+        return to_deepspeed_config(self, model, cluster)
+
+    def to_torchtitan_toml(self, model: ModelSpec, cluster=None) -> str:
+        """torchtitan TOML ([parallelism], [activation_checkpoint], [training])."""
+        from .emit import to_torchtitan_toml
+
+        return to_torchtitan_toml(self, model, cluster)
+
+    def to_nemo_overrides(self, model: ModelSpec, cluster=None) -> dict:
+        """NeMo 2.0 recipe overrides (strategy, trainer, data)."""
+        from .emit import to_nemo_overrides
+
+        return to_nemo_overrides(self, model, cluster)
+
+    def check_framework(self, framework: str, model: ModelSpec, cluster=None) -> list:
+        """The framework's rules this plan breaks (empty when it can run it)."""
+        from .frameworks import check
+
+        return check(framework, self, model, cluster)
+
     @property
     def grad_accum(self) -> int:
         """Micro-batches per optimizer step per pipeline (``m``)."""
