@@ -378,7 +378,7 @@ def test_cli_schema_is_valid_json_schema(which):
 def test_cli_infeasible_exits_3(tmp_path):
     pool, jobs = _write(tmp_path, pool={"free": {"h100-sxm": 8}})
     r = _cli("--pool", pool, "--jobs", jobs)
-    assert r.exit_code == 3
+    assert r.exit_code == 3 and r.stdout == ""
     assert r.stderr.startswith("infeasible: the pool cannot run all 3 jobs at once")
     assert len(r.stderr.strip().splitlines()) == 1
     r = _cli("--pool", pool, "--jobs", jobs, "--allow-unscheduled", "--format", "json")
@@ -401,7 +401,7 @@ def test_cli_infeasible_exits_3(tmp_path):
 def test_cli_bad_input_exits_2_with_one_line(tmp_path, pool, jobs, word):
     p, j = _write(tmp_path, pool=pool, jobs=jobs)
     r = _cli("--pool", p, "--jobs", j)
-    assert r.exit_code == 2, r.output
+    assert r.exit_code == 2 and r.stdout == "", r.output
     assert r.stderr.startswith("error: ") and len(r.stderr.strip().splitlines()) == 1
     assert word in r.stderr and "Traceback" not in r.output
 
