@@ -144,6 +144,8 @@ class SearchRequest(_Doc):
     overlap_tp_comm: bool = Field(default=True, description="TP communication overlap (TE userbuffers)")
     fp32_grads: bool = Field(default=True, description="fp32 gradient accumulation and reduction (Megatron)")
     checkpoint_interval_h: float = Field(default=1.0, gt=0, le=1e6)
+    framework: Literal["megatron", "deepspeed", "torchtitan", "nemo"] | None = Field(
+        default=None, description="restrict the plans to what this framework can run (planner.frameworks)")
     objective: Objective = "fastest"
     solver: Literal["cpsat", "exhaustive"] = "cpsat"
     time_limit_s: float = Field(default=10.0, gt=0, le=86_400)

@@ -734,6 +734,69 @@ def evaluate_one_bottleneck(s: System, row: int, request) -> str:
     return str(r["bottleneck"][0])
 
 
+#: With ``framework``: per (system, GPU count, batch), candidates are conformed and checked in
+#: order of run time, this many at a time, until one is runnable (at most FRAMEWORK_MAX_CHECKS).
+FRAMEWORK_TOP_K = 32
+FRAMEWORK_MAX_CHECKS = 4096
+
+
+def restrict_to_framework(model: ModelSpec, systems: list[System], ms: list[dict], req: SearchRequest,
+                          lo: int) -> tuple[list[System], list[dict]]:
+    """Keep only plans ``req.framework`` can run, as it would run them.
+
+    The knob space was already narrowed to the framework's capabilities
+    (:func:`planner.frameworks.allowed`); here, per (system, GPU count, global batch), feasible
+    candidates are taken in order of run time, ``FRAMEWORK_TOP_K`` at a time, conformed (the knobs
+    the framework decides set its way) and checked against its remaining rules
+    (:func:`planner.frameworks.runnable`), until a chunk holds a runnable one (or
+    ``FRAMEWORK_MAX_CHECKS`` were checked); the runnable ones are evaluated again as conformed and
+    replace the system's candidates. Both solvers then work on the same set, so their fronts
+    agree. Not exhaustive: conforming can make a plan slower than a slower-ranked one it overtook,
+    so a count's optimum is exact only among its checked candidates.
+    """
+    from .frameworks import runnable
+    from .space import space_of_plans
+
+    out_sys, out_ms = [], []
+    for s, m in zip(systems, ms):
+        rows = np.flatnonzero(m["feasible"])
+        x = s.space.x
+        rows = rows[np.lexsort((s.cols["days"][rows], x.gb[rows], x.num_gpus[rows]))]
+        keys = np.stack([x.num_gpus[rows], x.gb[rows]], axis=1)
+        starts = np.flatnonzero(np.r_[True, np.any(keys[1:] != keys[:-1], axis=1)])
+        ends = np.r_[starts[1:], len(rows)]
+        plans, seen = [], set()
+        for a, b in zip(starts, ends):
+            for c0 in range(a, min(b, a + FRAMEWORK_MAX_CHECKS), FRAMEWORK_TOP_K):
+                found = False
+                for i in rows[c0:min(b, c0 + FRAMEWORK_TOP_K)]:
+                    q = runnable(req.framework, s.space.plan(int(i)), model, s.cluster)
+                    if q is not None:
+                        found = True
+                        if q not in seen:
+                            seen.add(q)
+                            plans.append(q)
+                if found:
+                    break
+        if not plans:
+            plans_space = s.space.take(np.zeros(0, dtype=np.int64))
+            cols = evaluate_columns(model, s.cluster, plans_space.x, req)
+            out_sys.append(System(s.index, s.cluster, plans_space, cols, s.counts))
+            out_ms.append(masks(cols, plans_space.x, req, lo, req.max_gpus))
+            continue
+        sp = space_of_plans(model, s.cluster, plans, s.space.precision, s.space.overlap_tp_comm)
+        cols = evaluate_columns(model, s.cluster, sp.x, req)
+        out_sys.append(System(s.index, s.cluster, sp, cols, s.counts))
+        out_ms.append(masks(cols, sp.x, req, lo, req.max_gpus))
+    if not any(m["feasible"].any() for m in out_ms):
+        n = sum(int(m["feasible"].sum()) for m in ms)
+        raise NoFeasiblePlan(
+            f"framework: none of the {n:,} feasible plans is one {req.framework} can run "
+            f"(its rules: planner/frameworks.py; checked up to {FRAMEWORK_MAX_CHECKS} per GPU count); "
+            "try another --framework, more GPU counts, or other knob bounds", reason="framework")
+    return out_sys, out_ms
+
+
 def search(request: SearchRequest | dict, *, model: ModelSpec | None = None) -> SearchResult:
     """Search the plans of ``request``; raises :class:`NoFeasiblePlan` when nothing qualifies.
 
@@ -741,6 +804,14 @@ def search(request: SearchRequest | dict, *, model: ModelSpec | None = None) -> 
     only labels the run), for callers that hold a spec rather than a name or file."""
     t0 = time.perf_counter()
     req = request if isinstance(request, SearchRequest) else SearchRequest.model_validate(request)
+    if req.framework:
+        from .frameworks import allowed
+
+        caps = allowed(req.framework)
+        if req.precision not in caps.precision:
+            raise InputError(f"precision: {req.framework} {caps.version} cannot train in {req.precision}; "
+                             f"use one of {', '.join(caps.precision)}")
+        req = req.model_copy(update={"knobs": caps.knobs(req.knobs)})
     deadline = t0 + req.time_limit_s
     model, clusters, gbs, seq = resolve_inputs(req, model)
     systems: list[System] = []
@@ -768,6 +839,8 @@ def search(request: SearchRequest | dict, *, model: ModelSpec | None = None) -> 
         systems.append(System(k, c, sp, cols, counts))
     lo = req.min_gpus or 1
     ms = [masks(s.cols, s.space.x, req, lo, req.max_gpus) for s in systems]
+    if req.framework:
+        systems, ms = restrict_to_framework(model, systems, ms, req, lo)
     feasible = [m["feasible"] for m in ms]
     n_feas = int(sum(f.sum() for f in feasible))
     if n_feas == 0:

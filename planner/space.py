@@ -90,6 +90,17 @@ class Space:
         )
 
 
+def space_of_plans(model: ModelSpec, cluster: ClusterSpec, plans: Sequence[Plan], precision: str,
+                   overlap_tp_comm: bool) -> Space:
+    """A :class:`Space` holding exactly ``plans`` (e.g. the framework-conformed candidates)."""
+    x = PlanArrays.from_plans(plans, model.num_layers)
+    kind = np.array([RC_PARTIAL if p.recompute_layers is not None else
+                     {"none": RC_NONE, "selective": RC_SELECTIVE, "full": RC_FULL}[p.recompute] for p in plans],
+                    dtype=np.int64)
+    uneven = np.array([p.first_stage_layers is not None or p.last_stage_layers is not None for p in plans], dtype=bool)
+    return Space(model, cluster, x, kind, uneven, precision, overlap_tp_comm)
+
+
 # ------------------------------------------------------------------ knob domains
 def _divisors(n: int) -> np.ndarray:
     n = int(n)

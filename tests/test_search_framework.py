@@ -1,0 +1,49 @@
+"""plan-search restricted to a framework: every front point is a plan the framework runs as is,
+and the CP-SAT and exhaustive fronts agree on the restricted set."""
+
+from __future__ import annotations
+
+import pytest
+
+from models.catalog import get_model
+from planner.estimate import estimate
+from planner.frameworks import check, runnable
+from planner.request import NoFeasiblePlan
+from planner.search import search
+
+FRAMEWORKS = ["megatron", "deepspeed", "torchtitan", "nemo"]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("model", ["gpt3-175b", "llama3.1-8b"])
+def test_front_is_runnable_and_matches_the_oracle(framework, model):
+    req = dict(model=model, gpu=["h100"], gpus=[64, 256, 1024], framework=framework)
+    r = search(req)
+    ex = search(dict(req, solver="exhaustive"))
+    assert [fp.plan for fp in r.front] == [fp.plan for fp in ex.front]
+    m = get_model(model)
+    for fp in r.front:
+        assert check(framework, fp.plan, m) == []
+        assert runnable(framework, fp.plan, m) == fp.plan
+        e = estimate(m, "h100", fp.plan, memory_headroom=0.1, tokens=300e9)
+        assert e.step_time_s == pytest.approx(fp.step_time_s, rel=1e-9)
+
+
+def test_framework_never_beats_the_unrestricted_search():
+    base = dict(model="gpt3-175b", gpu=["a100"], gpus=[256, 512, 1024])
+    free = {fp.num_gpus: fp.days for fp in search(base).front}
+    for fw in FRAMEWORKS:
+        for fp in search(dict(base, framework=fw)).front:
+            assert fp.days >= free[fp.num_gpus] * (1 - 1e-12)
+
+
+def test_framework_precision_is_checked():
+    with pytest.raises(ValueError, match="precision"):
+        search(dict(model="llama3.1-8b", gpu=["h100"], gpus=[64], framework="deepspeed", precision="fp8"))
+
+
+def test_framework_that_runs_nothing_says_so():
+    # torchtitan has no fp16; DeepSpeed has no virtual stages: forcing vpp 2 leaves nothing.
+    with pytest.raises(NoFeasiblePlan):
+        search(dict(model="gpt3-175b", gpu=["a100"], gpus=[256], framework="deepspeed",
+                    knobs=dict(vpp=[2], pp=[8])))
