@@ -19,6 +19,70 @@ from cli.common import EXIT_INFEASIBLE, guarded
 EXIT_INTERRUPTED = 130
 
 
+def _money(x: float) -> str:
+    if x >= 1e9:
+        return f"{x / 1e9:.2f}B"
+    if x >= 1e6:
+        return f"{x / 1e6:.2f}M"
+    if x >= 1e4:
+        return f"{x / 1e3:.0f}k"
+    return f"{x:,.0f}"
+
+
+def _days(x: float) -> str:
+    return f"{x:,.0f}" if x >= 1000 else (f"{x:.1f}" if x >= 10 else f"{x:.2f}")
+
+
+def _cell(v) -> str:
+    if v is None or (isinstance(v, float) and v != v) or str(v) == "<NA>":
+        return "-"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def format_summary(df, axes) -> str:
+    """One line per scenario: its parameters and its recommended plan (or why none)."""
+    head = ["#"] + list(axes) + ["GPUs", "system", "tp", "pp", "dp", "cp", "v", "mb", "z", "rc", "days", "$",
+                                 "MFU", "bottleneck"]
+    rows = []
+    for _, g in df.groupby("scenario", sort=True):
+        first = g.iloc[0]
+        cells = [str(first["scenario"])] + [_cell(first[a]) for a in axes]
+        if first["status"] != "ok":
+            cells.append(f"{first['status']}: {_cell(first['reason'])}")
+            rows.append(cells)
+            continue
+        r = g[g["recommended"] == True].iloc[0]  # noqa: E712  (nullable booleans)
+        rc = {"none": "none", "selective": "sel", "full": "full"}.get(str(r["recompute"]), str(r["recompute"]))
+        if rc == "full" and _cell(r["recompute_layers"]) != "-":
+            rc = f"f{r['recompute_layers']}"
+        cells += [str(r["num_gpus"]), str(r["system"]), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["cp"]),
+                  str(r["vpp"]), str(r["micro_batch"]), str(r["zero"]), rc, _days(float(r["days"])),
+                  _money(float(r["cost_usd"])), f"{100 * float(r['mfu']):.1f}", str(r["bottleneck"])]
+        rows.append(cells)
+    n = len(head)
+    widths = [max([len(head[i])] + [len(r[i]) for r in rows if len(r) == n]) for i in range(n)]
+    def numeric(i):
+        try:
+            [float(r[i]) for r in rows if len(r) > i and r[i] != "-"]
+            return True
+        except ValueError:
+            return False
+
+    left = {len(axes) + 2, n - 1} | {i for i in range(1, len(axes) + 1) if not numeric(i)}
+
+    def fmt(cells):
+        if len(cells) < n:  # an infeasible scenario: its parameters, then the status
+            lead = [c.ljust(widths[i]) if i in left else c.rjust(widths[i]) for i, c in enumerate(cells[:-1])]
+            return " ".join(lead + [cells[-1]])
+        return " ".join(c.ljust(widths[i]) if i in left else c.rjust(widths[i]) for i, c in enumerate(cells)).rstrip()
+
+    lines = [fmt(head), " ".join("-" * w for w in widths)]
+    lines += [fmt(r) for r in rows]
+    return "\n".join(lines)
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.argument("sweep_file", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
@@ -36,12 +100,14 @@ EXIT_INTERRUPTED = 130
 @click.option("--plot-x", default=None, help="the axis on the plot's x axis [default: the numeric axis "
               "with the most values]")
 @click.option("--overwrite", is_flag=True, default=False, help="start over: discard the output and its journal")
+@click.option("--summary", is_flag=True, default=False,
+              help="print each scenario's recommended plan (or why it has none), one line each")
 @click.option("--quiet", "-q", is_flag=True, default=False, help="no progress bar")
 @click.option("--list", "list_only", is_flag=True, default=False,
               help="print the scenarios (index, key, parameters) and exit")
 @guarded
-def main(sweep_file, output, fmt, executor, workers, ray_address, plot_file, plot_x, overwrite, quiet,
-         list_only) -> None:
+def main(sweep_file, output, fmt, executor, workers, ray_address, plot_file, plot_x, overwrite, summary,
+         quiet, list_only) -> None:
     """Run every scenario of SWEEP_FILE (a base request and axes over models, GPU types and counts,
     sequence lengths, global batches, token budgets and --set what-ifs, combined as a product
     or zipped) through the plan search, and write one row per scenario and front point.
@@ -77,6 +143,8 @@ def main(sweep_file, output, fmt, executor, workers, ray_address, plot_file, plo
         sys.exit(1)
     c = run.counts
     done = sum(c.values())
+    if summary and len(run.frame):
+        click.echo(format_summary(run.frame, sweep.axes))
     click.echo(f"wrote {run.output}: {len(run.frame)} rows, {done} of {run.scenarios} scenarios "
                f"({c.get('ok', 0)} feasible, {c.get('infeasible', 0)} infeasible, {c.get('error', 0)} errors); "
                f"ran {run.ran}, resumed {run.resumed}; {run.elapsed_s:.1f} s")

@@ -193,8 +193,11 @@ def _apply(data: dict, knobs: dict, name: str, value: Any) -> None:
 
 
 def scenario_key(request: SearchRequest) -> str:
-    """16 hex digits of the SHA-256 of the request's canonical JSON."""
-    text = json.dumps(request.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    """16 hex digits of the SHA-256 of the request's canonical JSON, fields at their default left
+    out: the key names the scenario as asked, so a new request field (with a default) in a later
+    version does not orphan a sweep's finished rows, and writing a default out changes nothing."""
+    text = json.dumps(request.model_dump(mode="json", exclude_defaults=True), sort_keys=True,
+                      separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -372,6 +372,29 @@ def test_cli_writes_the_table_and_resumes(tmp_path):
     assert r.exit_code == 0 and (tmp_path / "sweep.csv").exists()
 
 
+def test_cli_summary_one_line_per_scenario(tmp_path):
+    sweep_file = _write(tmp_path, WITH_INFEASIBLE)
+    r = CliRunner().invoke(main, [str(sweep_file), "-o", str(tmp_path / "s.csv"), "-q", "--workers", "1",
+                                  "--summary"])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[0].split()[:4] == ["#", "gpus", "seq_len", "GPUs"]
+    assert "infeasible: deadline" in lines[2]
+    df = pd.read_csv(tmp_path / "s.csv")
+    rec = df[df["recommended"] == True]  # noqa: E712
+    for line, (_, row) in zip(lines[3:5], rec.iterrows()):
+        cells = line.split()
+        assert cells[0] == str(row["scenario"]) and cells[3] == str(int(row["num_gpus"])) and cells[4] == row["system"]
+
+
+def test_keys_name_the_scenario_as_asked():
+    a = build_sweep({"base": {"model": "gpt3-175b"}, "sweep": {"gpus": [64]}}).scenarios[0]
+    b = build_sweep({"base": {"model": "gpt3-175b", "gpu": ["a100-80gb"], "memory_headroom": 0.1,
+                              "knobs": {"zero": [0, 1, 2, 3]}}, "sweep": {"gpus": [64]}}).scenarios[0]
+    c = build_sweep({"base": {"model": "gpt3-175b", "memory_headroom": 0.2}, "sweep": {"gpus": [64]}}).scenarios[0]
+    assert a.key == b.key != c.key  # defaults written out change nothing; a changed value does
+
+
 def test_cli_list_and_exit_codes(tmp_path):
     sweep_file = _write(tmp_path, WITH_INFEASIBLE)
     r = CliRunner().invoke(main, [str(sweep_file), "--list"])
