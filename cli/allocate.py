@@ -133,7 +133,9 @@ def format_table(res) -> str:
     s = res.solver
     proven = "proven optimal" if s.proven_optimal else (
         "NOT proven optimal (" + ("a search hit its time limit" if not s.searches_proven else "time limit") + ")")
-    lines += _wrap(f"solver: CP-SAT {s.status} over {s.options} options, tiers {' > '.join(s.tiers)}; "
+    how = ("the greedy start (CP-SAT found nothing better within the time limit)" if s.status == "greedy"
+           else f"CP-SAT {s.status}")
+    lines += _wrap(f"solver: {how} over {s.options} options, tiers {' > '.join(s.tiers)}; "
                    f"search {s.search_s:.2f}s, solve {s.solve_s:.2f}s; {proven}", first="")
     return "\n".join(lines)
 

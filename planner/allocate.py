@@ -48,7 +48,9 @@ Integer scaling (CP-SAT needs integer coefficients; :func:`integer_terms`)
 Solver: one CP-SAT model (:func:`build_model`: a named Boolean per option, one per job for
 "left out"), one exactly-one per job, one capacity row per type (and per node pool); the tiers
 are solved in turn, each optimum fixed as a bound before the next, hinted with the last
-solution. Parameters in :func:`solver_parameters` (one worker, seed 0: deterministic).
+solution (the first with a greedy allocation, :func:`greedy`). When the time limit stops a
+tier, the best allocation found so far is returned, flagged not proven (``status`` feasible;
+``greedy`` when not even the first tier found one and the greedy start is a valid answer). Parameters in :func:`solver_parameters` (one worker, seed 0: deterministic).
 """
 
 from __future__ import annotations
@@ -267,7 +269,8 @@ class Totals(_Doc):
 
 
 class SolverInfo(_Doc):
-    status: str = Field(description="optimal | feasible (time limit) | none (nothing to choose)")
+    status: str = Field(description="optimal | feasible (the time limit stopped a tier) | greedy (the time "
+                        "limit stopped the first tier: the greedy start, see planner.allocate.greedy)")
     proven_optimal: bool = Field(description="every tier proven optimal and every job's search proven")
     searches_proven: bool
     tiers: list[str]
@@ -540,10 +543,10 @@ def solver_parameters(time_left: float):
     return s
 
 
-def build_model(problem: Problem, terms: Terms, allow_unscheduled: bool) -> AllocModel:
+def build_model(problem: Problem, terms: Terms, tiers: tuple[str, ...], allow_unscheduled: bool) -> AllocModel:
     """The CP-SAT model: Booleans ``<job>@<gpu>x<count>#k`` (job runs option k) and
     ``left_out[<job>]``; one exactly-one per job; ``gpus[<type>]`` and ``nodes[<type>]``
-    capacity rows; the tier expressions, each stated once here."""
+    capacity rows; the expressions of ``tiers`` (the objective), each stated once here."""
     from ortools.sat.python import cp_model
 
     m = cp_model.CpModel()
@@ -577,19 +580,69 @@ def build_model(problem: Problem, terms: Terms, allow_unscheduled: bool) -> Allo
         return cp_model.LinearExpr.WeightedSum(
             [v for row in pick for v in row], [c for crow in coefs for c in crow])
 
-    n_ranks = max([r for row in terms.makespan for r in row], default=0)
-    span = m.NewIntVar(0, n_ranks, "makespan_rank")
-    for j, row in enumerate(pick):
-        for k, v in enumerate(row):
-            m.Add(span >= terms.makespan[j][k]).OnlyEnforceIf(v)
-    tiers = {
+    span = None
+    if "makespan" in tiers:
+        # exactly one option per scheduled job, so its days' rank is sum_k rank_k x_k: one row
+        # per job (a reified row per option is ~100x slower to solve on 60 jobs x 64 options)
+        n_ranks = max([r for row in terms.makespan for r in row], default=0)
+        span = m.NewIntVar(0, n_ranks, "makespan_rank")
+        for j, row in enumerate(pick):
+            if row:
+                m.Add(span >= cp_model.LinearExpr.WeightedSum(row, terms.makespan[j])).WithName(
+                    f"makespan[{problem.jobs[j].name}]")
+    exprs = {
         "unscheduled": cp_model.LinearExpr.WeightedSum(
             [u for u in left if u is not None], [terms.weight[j] for j, u in enumerate(left) if u is not None]),
         "weighted_days": weighted(terms.weighted_days),
         "cost": weighted(terms.cost),
         "makespan": span,
     }
-    return AllocModel(m, pick, left, tiers)
+    return AllocModel(m, pick, left, {t: exprs[t] for t in tiers})
+
+
+def greedy(problem: Problem, terms: Terms, tiers: tuple[str, ...]) -> list[int | None]:
+    """A quick allocation to start the solver from (a hint; the answer only when the time limit
+    stops the first tier): the jobs by falling weight, each on its option with the fewest GPUs
+    that fits what is left; then each job, in the same order, moved to the option best on the
+    first objective tier that still fits."""
+    first = next(t for t in tiers if t != "unscheduled")
+    key = {"weighted_days": terms.weighted_days, "cost": terms.cost, "makespan": terms.makespan}[first]
+    jobs = problem.jobs
+    left = {n: [c.gpus, c.nodes] for n, c in problem.types.items()}
+
+    def take(o, sign):
+        g = left[o.gpu]
+        left[o.gpu] = [None if g[0] is None else g[0] - sign * o.num_gpus,
+                       None if g[1] is None else g[1] - sign * o.nodes]
+
+    def fits(o):
+        g = left[o.gpu]
+        return (g[0] is None or o.num_gpus <= g[0]) and (g[1] is None or o.nodes <= g[1])
+
+    order = sorted(range(len(jobs)), key=lambda j: (-jobs[j].weight, j))
+    choice: list[int | None] = [None] * len(jobs)
+    for j in order:
+        ks = [k for k, o in enumerate(jobs[j].options) if fits(o)]
+        if ks:
+            choice[j] = min(ks, key=lambda k: (jobs[j].options[k].num_gpus, key[j][k], k))
+            take(jobs[j].options[choice[j]], +1)
+    for j in order:
+        if choice[j] is None:
+            continue
+        take(jobs[j].options[choice[j]], -1)
+        ks = [k for k, o in enumerate(jobs[j].options) if fits(o)]
+        choice[j] = min(ks, key=lambda k: (key[j][k], k))
+        take(jobs[j].options[choice[j]], +1)
+    return choice
+
+
+def _hint(am: AllocModel, choice: list[int | None]) -> None:
+    am.cp.ClearHints()
+    for j, row in enumerate(am.pick):
+        for k, v in enumerate(row):
+            am.cp.AddHint(v, choice[j] == k)
+        if am.left_out[j] is not None:
+            am.cp.AddHint(am.left_out[j], choice[j] is None)
 
 
 def solve(problem: Problem, objective: str = "weighted-completion", *, allow_unscheduled: bool = False,
@@ -607,7 +660,9 @@ def solve(problem: Problem, objective: str = "weighted-completion", *, allow_uns
     n_opts = sum(len(j.options) for j in jobs)
     if n_opts == 0:
         raise AllocationInfeasible("no job has an option: " + "; ".join(f"{j.name}: {j.reason}" for j in jobs))
-    am = build_model(problem, terms, allow_unscheduled)
+    am = build_model(problem, terms, tiers, allow_unscheduled)
+    start = greedy(problem, terms, tiers)
+    _hint(am, start)
     choice: list[int | None] | None = None
     values: list[int] = []
     status, proven = "optimal", True
@@ -619,9 +674,12 @@ def solve(problem: Problem, objective: str = "weighted-completion", *, allow_uns
         if st == cp_model.INFEASIBLE:
             raise AllocationInfeasible(_infeasible_message(problem))
         if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            if choice is None:
-                raise AllocationInfeasible(f"no allocation found within the time limit ({time_limit_s:g} s)")
             status, proven = "feasible", False
+            if choice is None:  # not even the first tier: the greedy start, if it places every job it must
+                placed = all(k is not None for k, j in zip(start, jobs) if j.options)
+                if not (allow_unscheduled or placed):
+                    raise AllocationInfeasible(f"no allocation found within the time limit ({time_limit_s:g} s)")
+                choice, status = start, "greedy"
             break
         if st == cp_model.FEASIBLE:
             status, proven = "feasible", False
@@ -629,12 +687,7 @@ def solve(problem: Problem, objective: str = "weighted-completion", *, allow_uns
         values.append(value)
         choice = [next((k for k, v in enumerate(row) if s.Value(v)), None) for row in am.pick]
         am.cp.Add(expr <= value).WithName(f"tier[{tier}]")
-        am.cp.ClearHints()
-        for j, row in enumerate(am.pick):
-            for k, v in enumerate(row):
-                am.cp.AddHint(v, choice[j] == k)
-            if am.left_out[j] is not None:
-                am.cp.AddHint(am.left_out[j], choice[j] is None)
+        _hint(am, choice)
     solve_s = time.perf_counter() - t0
     scaling = {
         "weight": f"round(weight / {WEIGHT_QUANTUM:g})",

@@ -27,6 +27,7 @@ from planner.allocate import (
     TypeCap,
     allocate,
     build_problem,
+    greedy,
     integer_terms,
     make_entry,
     solve,
@@ -288,6 +289,54 @@ def test_huge_values_do_not_overflow():
     assert terms.quanta["weighted_days"] > DAYS_QUANTUM
     for objective in OBJECTIVES:
         check_against_brute_force(problem, objective, True)
+
+
+def _large(n_jobs: int, seed: int = 1) -> Problem:
+    rng = random.Random(seed)
+    types = {"a": TypeCap("a", 8, 16 * n_jobs // 2, None), "b": TypeCap("b", 8, None, n_jobs)}
+    jobs = []
+    for j in range(n_jobs):
+        base, opts = rng.uniform(50, 500), []
+        for g in ("a", "b"):
+            for n in range(8, 257, 8):
+                d = base * 8 / n * (1 + n / 2000) * (1.3 if g == "b" else 1.0)
+                opts.append(Option(g, n, n // 8, d, d * n * 24 * (2.99 if g == "a" else 1.75)))
+        jobs.append(make_entry(f"j{j}", rng.choice([1.0, 2.0, 3.0]), None, opts))
+    return Problem(types=types, jobs=jobs)
+
+
+def _int_value(problem, choice, tier):
+    t = integer_terms(problem)
+    rows = [(j, k) for j, k in enumerate(choice) if k is not None]
+    if tier == "makespan":
+        return max((t.makespan[j][k] for j, k in rows), default=0)
+    return sum(getattr(t, tier)[j][k] for j, k in rows)
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_larger_pool_is_solved_to_optimality_and_beats_greedy(objective):
+    problem = _large(24)
+    res = solve(problem, objective, allow_unscheduled=True, time_limit_s=60)
+    assert res.solver.proven_optimal and res.totals.scheduled == 24
+    tiers = tiers_of(objective, True)
+    terms = integer_terms(problem)
+    start = greedy(problem, terms, tiers)
+    left = sum(terms.weight[j] for j, k in enumerate(start) if k is None)
+    assert tuple(res.solver.tier_values[:2]) <= (left, _int_value(problem, start, tiers[1]))
+
+
+def test_time_limit_returns_the_best_found_flagged_not_proven():
+    problem = _large(60)
+    res = solve(problem, "makespan", allow_unscheduled=True, time_limit_s=0.001)
+    assert not res.solver.proven_optimal and res.solver.status in ("feasible", "greedy")
+    for u in res.pool:
+        cap = problem.types[u.gpu]
+        assert (cap.gpus is None or u.gpus_used <= cap.gpus) and (cap.nodes is None or u.nodes_used <= cap.nodes)
+    try:
+        res = solve(problem, "cost", time_limit_s=0.001)
+        assert not res.solver.proven_optimal
+    except AllocationInfeasible as exc:
+        assert "time limit" in str(exc)
 
 
 def test_deterministic(real_problem):
