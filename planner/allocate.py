@@ -252,10 +252,10 @@ class Unscheduled(_Doc):
 class PoolUsage(_Doc):
     gpu: str
     gpus_per_node: int
-    gpus_free: int | None
-    gpus_used: int
-    nodes_free: int | None
-    nodes_used: int
+    gpus_free: int | None = Field(description="free GPUs in the pool document (None: only nodes given)")
+    gpus_used: int = Field(description="GPUs the scheduled jobs take")
+    nodes_free: int | None = Field(description="free whole nodes in the pool document (None: only GPUs given)")
+    nodes_used: int = Field(description="nodes the scheduled jobs take (ceil(GPUs / gpus_per_node) each)")
 
 
 class Totals(_Doc):
@@ -381,9 +381,12 @@ def resolve_pool(pool: Pool) -> dict[str, tuple[str, TypeCap]]:
     return out
 
 
-def job_options(job: Job, types: dict[str, tuple[str, TypeCap]]) -> tuple[JobEntry, float, bool]:
+def job_options(job: Job, types: dict[str, tuple[str, TypeCap]], cache: dict | None = None
+                ) -> tuple[JobEntry, float, bool]:
     """Every option of ``job`` on the pool's types (the per-type fronts, see the module doc),
-    the seconds spent searching and whether every search was proven optimal."""
+    the seconds spent searching and whether every search was proven optimal. ``cache`` maps a
+    request's JSON to its result (or its NoFeasiblePlan), so equal searches run once."""
+    cache = {} if cache is None else cache
     from hardware.resolve import resolve_cluster
     from models.io import InputError
     from models.resolve import resolve_model
@@ -439,13 +442,18 @@ def job_options(job: Job, types: dict[str, tuple[str, TypeCap]]) -> tuple[JobEnt
 
             msg = validation_message(exc) if isinstance(exc, ValidationError) else str(exc)
             raise InputError(f"job {job.name}: search: {msg}") from None
-        try:
-            res = search(req, model=spec)
-        except NoFeasiblePlan as exc:
-            why.append(f"{name}: {_short(exc)}")
+        key = req.model_dump_json()
+        if key not in cache:
+            try:
+                cache[key] = search(req, model=spec)
+            except NoFeasiblePlan as exc:
+                cache[key] = exc
+            except InputError as exc:
+                raise InputError(f"job {job.name} on {name}: {_short(exc, 400)}") from None
+        res = cache[key]
+        if isinstance(res, NoFeasiblePlan):
+            why.append(f"{name}: {_short(res)}")
             continue
-        except InputError as exc:
-            raise InputError(f"job {job.name} on {name}: {_short(exc, 400)}") from None
         proven = proven and res.stats.proven_optimal
         for fp in res.front:
             options.append(Option(gpu=name, num_gpus=fp.num_gpus, nodes=-(-fp.num_gpus // cap.gpus_per_node),
@@ -473,9 +481,9 @@ def make_entry(name: str, weight: float, deadline_days: float | None, options: l
 def build_problem(pool: Pool, jobs: Jobs) -> Problem:
     """Resolve the pool, search every job on every type it allows (the options)."""
     types = resolve_pool(pool)
-    entries, total, proven = [], 0.0, True
+    entries, total, proven, cache = [], 0.0, True, {}
     for job in jobs.jobs:
-        e, dt, pr = job_options(job, types)
+        e, dt, pr = job_options(job, types, cache)
         entries.append(e)
         total += dt
         proven = proven and pr

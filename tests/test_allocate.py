@@ -259,6 +259,23 @@ def test_nothing_feasible_raises():
         allocate({"free": {"a100-40gb": 8}}, [{"name": "huge", "model": "gpt3-175b", "tokens": 1e9}])
 
 
+def test_equal_searches_run_once(monkeypatch):
+    import sys
+
+    mod = sys.modules["planner.search"]
+    calls = []
+    real = mod.search
+
+    def counting(req, **kw):
+        calls.append(req)
+        return real(req, **kw)
+
+    monkeypatch.setattr(mod, "search", counting)
+    jobs = [{"name": f"twin{i}", "model": "llama2-7b", "tokens": "10B", "weight": i + 1} for i in range(3)]
+    res = allocate({"free": {"h100-sxm": 48}}, jobs)
+    assert len(calls) == 1 and res.totals.scheduled == 3
+
+
 # ------------------------------------------------------------------ nodes, scaling, determinism
 def test_nodes_are_not_shared():
     # two jobs of 4 GPUs each on 8-GPU nodes: 8 GPUs free in total, but only 1 whole node
