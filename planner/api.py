@@ -4,6 +4,8 @@
   (the columns of ``plan-search --format csv``, with the plan's knobs flattened).
 - :func:`estimate_dataframe` — one row per :class:`planner.estimate.Estimate`, with the plan's
   knobs, the memory and time breakdowns and the run figures flattened as columns.
+- :func:`request_dataframe` — one row per :class:`planner.request.SearchRequest`, its knob
+  bounds as ``knobs_*`` columns.
 
 Nested fields are flattened with a prefix (``memory_peak_gib``, ``time_compute_s``,
 ``run_days``, ``eff_gemm_eff_max``); the plan's fields keep their own names (``tp``, ``pp``,
@@ -19,7 +21,7 @@ from typing import Iterable
 import pandas as pd
 
 from .estimate import Estimate, RunEstimate
-from .request import SearchResult
+from .request import SearchRequest, SearchResult
 
 #: Columns of :func:`front_dataframe`, in order (``plan-search --format csv``'s header plus
 #: the model, seq_len and front index).
@@ -87,4 +89,30 @@ def estimate_dataframe(estimates: Estimate | Iterable[Estimate]) -> pd.DataFrame
             raise TypeError(f"estimate_dataframe: expected Estimate objects, got {type(e).__name__}")
     rows = [_estimate_row(e) for e in items]
     columns = list(rows[0]) if rows else ["model", "cluster", "num_gpus"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _cell(v):
+    if isinstance(v, (list, tuple)):
+        return ",".join(str(x).lower() if isinstance(x, bool) else str(x) for x in v)
+    return v
+
+
+def request_dataframe(requests: SearchRequest | Iterable[SearchRequest]) -> pd.DataFrame:
+    """One row per request (a single request gives one row): its fields in declaration order,
+    the knob bounds as ``knobs_<name>``; a list becomes one comma-joined string (``gpu``
+    ``"h100-sxm,a100-80gb"``, ``knobs_tp`` ``"1,2,4"``; booleans ``true``/``false``), ``None``
+    stays empty (the default domain)."""
+    items = [requests] if isinstance(requests, SearchRequest) else list(requests)
+    for r in items:
+        if not isinstance(r, SearchRequest):
+            raise TypeError(f"request_dataframe: expected SearchRequest objects, got {type(r).__name__}")
+    rows = []
+    for r in items:
+        d = r.model_dump()
+        knobs = d.pop("knobs")
+        row = {k: _cell(v) for k, v in d.items()}
+        row.update({f"knobs_{k}": _cell(v) for k, v in knobs.items()})
+        rows.append(row)
+    columns = list(rows[0]) if rows else [k for k in SearchRequest.model_fields if k != "knobs"]
     return pd.DataFrame(rows, columns=columns)

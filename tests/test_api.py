@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 import planner
 from cli.search import main as search_main
-from planner.api import FRONT_COLUMNS, estimate_dataframe, front_dataframe
+from planner.api import FRONT_COLUMNS, estimate_dataframe, front_dataframe, request_dataframe
 from planner.estimate import Estimate
 from planner.request import Knobs, NoFeasiblePlan, SearchRequest, SearchResult
 
@@ -145,6 +145,22 @@ def test_estimate_dataframe(result):
     with pytest.raises(TypeError):
         estimate_dataframe([best, "not an estimate"])
     assert estimate_dataframe([]).empty
+
+
+def test_request_dataframe(result):
+    other = SearchRequest(model="gpt3-175b", gpu=["a100-80gb", "h100-sxm"], max_gpus=1024, deadline_days=30,
+                          knobs=Knobs(tp=[4, 8], sequence_parallel=[True, False]))
+    df = request_dataframe([REQ, other])
+    assert len(df) == 2 and list(request_dataframe(REQ).columns) == list(df.columns)
+    assert "knobs" not in df.columns and {"knobs_tp", "knobs_zero", "knobs_max_micro_batch"} <= set(df.columns)
+    a, b = df.iloc[0], df.iloc[1]
+    assert a["model"] == "llama3.1-8b" and a["gpus"] == "8,16,32,64" and a["tokens"] == 100e9
+    assert pd.isna(a["knobs_tp"]) and a["knobs_zero"] == "0,1,2,3"
+    assert b["gpu"] == "a100-80gb,h100-sxm" and b["knobs_tp"] == "4,8" and b["knobs_sequence_parallel"] == "true,false"
+    assert b["max_gpus"] == 1024 and b["deadline_days"] == 30
+    assert request_dataframe([]).empty
+    with pytest.raises(TypeError):
+        request_dataframe([result])
 
 
 def test_no_feasible_plan_is_an_exception_with_the_figures():
