@@ -437,8 +437,12 @@ def test_cli_schema_is_valid_json_schema(which):
     if which == "pool":
         jsonschema.validate(POOL, doc)
     if which == "jobs":
-        jsonschema.validate({"jobs": [{k: v for k, v in j.items()} for j in JOBS if isinstance(j["tokens"], float)]},
-                            doc)
+        jsonschema.validate({"jobs": JOBS}, doc)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"jobs": [dict(JOBS[0], colour="red")]}, doc)
+    if which == "result":
+        res = allocate(POOL, JOBS, objective="makespan")
+        jsonschema.validate(json.loads(res.model_dump_json()), doc)
 
 
 def test_cli_infeasible_exits_3(tmp_path):
