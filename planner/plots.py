@@ -256,6 +256,13 @@ def plot_sweep(df, path, axes: Sequence[str], x: str | None = None) -> Path:
         _log_if_wide(bottom, xs, "x", 2)
         if all(float(v).is_integer() for v in xs):
             _int_ticks(bottom, xs)
+        elif len(set(xs)) <= 12:  # ticks at the swept values themselves
+            from matplotlib.ticker import FixedLocator, NullLocator
+
+            vals = sorted(set(xs))
+            bottom.xaxis.set_major_locator(FixedLocator(vals))
+            bottom.xaxis.set_minor_locator(NullLocator())
+            bottom.set_xticklabels([f"{v:g}" for v in vals])
     else:
         bottom.set_xticks(range(len(order)))
         bottom.set_xticklabels([str(v) for v in order], rotation=30 if len(order) > 4 else 0,
@@ -272,7 +279,7 @@ def plot_sweep(df, path, axes: Sequence[str], x: str | None = None) -> Path:
         panel.grid(True, alpha=0.3)
     what = "every front point" if not axes else "the recommended plan of each scenario"
     n_s = df["scenario"].nunique()
-    top.set_title(f"plan-sweep: {_label(x)} against days and dollars ({what}; {n_s} scenario"
+    top.set_title(f"plan-sweep: {_label(x)} against days and dollars\n({what}; {n_s} scenario"
                   f"{'' if n_s == 1 else 's'}"
                   f"{', first ' + str(MAX_GROUPS) + ' groups' if truncated else ''})", fontsize=10.5)
     if top.get_legend_handles_labels()[0]:
