@@ -62,7 +62,8 @@ def format_summary(df, axes) -> str:
                   _money(float(r["cost_usd"])), f"{100 * float(r['mfu']):.1f}", str(r["bottleneck"])]
         rows.append(cells)
     n = len(head)
-    widths = [max([len(head[i])] + [len(r[i]) for r in rows if len(r) == n]) for i in range(n)]
+    # an infeasible scenario's row is its parameters and a status: only those cells count for widths
+    widths = [max([len(head[i])] + [len(r[i]) for r in rows if len(r) == n or i < len(r) - 1]) for i in range(n)]
     def numeric(i):
         try:
             [float(r[i]) for r in rows if len(r) > i and r[i] != "-"]
