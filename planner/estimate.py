@@ -20,6 +20,7 @@ from models.spec import ModelSpec
 
 from .arrays import PlanArrays
 from .evaluate import GIB, evaluate
+from .memory import STAGES
 from .plan import Plan
 from .step import TIME_KEYS
 
@@ -102,6 +103,12 @@ class Estimate(_Doc):
     run: RunEstimate | None
     efficiency: EfficiencySpec
 
+    def to_dataframe(self):
+        """One row, nested figures flattened (:func:`planner.api.estimate_dataframe`)."""
+        from .api import estimate_dataframe
+
+        return estimate_dataframe([self])
+
 
 FLOPS_CONVENTION = (
     "model FLOPs = 6*params-style matmul count with full (non-causal) attention, no recompute "
@@ -171,7 +178,7 @@ def pack(m: ModelSpec, c: ClusterSpec, p: Plan, r: dict, i: int, tokens: float |
         activations_gib=g(mem["activations"]) / GIB,
         zero3_gather_buffer_gib=g(mem["zero3_gather_buffer"]) / GIB,
         framework_overhead_gib=g(mem["framework_overhead"]) / GIB,
-        worst_stage=("last" if bool(mem["worst_is_last"][i]) else "first") if p.pp > 1 else "only",
+        worst_stage=STAGES[int(mem["worst_stage"][i])] if p.pp > 1 else "only",
     )
     feasible = bool(r["fits"][i])
     reasons = []

@@ -83,16 +83,19 @@ def layer_activation_bytes(model: ModelSpec, x: PlanArrays):
     return stored, recomputed
 
 
+STAGES = ("first", "middle", "last")
+
+
 def in_flight_chunks(x: PlanArrays, stage: str):
-    """Model chunks (of ``layers/vpp`` layers) whose activations a stage holds at its peak."""
+    """Model chunks (of ``layers/vpp`` layers) whose activations a stage holds at its peak:
+    stage ``i`` of 1F1B holds ``min(m, p - i)`` micro-batches; of interleaved 1F1B
+    ``min(m v, 2 (p - i - 1) + (v - 1) p + 1)`` chunks (Megatron's warm-up count + 1). ``middle``
+    is stage 1, the fullest of the middle stages."""
     p, v, m = x.pp, x.vpp, x.m
-    if stage == "first":
-        one_f1b = np.minimum(m, p)
-        inter = np.minimum(m * v, 2 * (p - 1) + (v - 1) * p + 1)
-    else:  # last stage
-        one_f1b = np.ones_like(p)
-        inter = np.minimum(m * v, (v - 1) * p + 1)
-    return np.where(v > 1, inter, one_f1b).astype(float)
+    i = {"first": np.zeros_like(p), "middle": np.ones_like(p), "last": p - 1}[stage]
+    one_f1b = np.minimum(m, p - i)
+    inter = np.minimum(m * v, 2 * (p - i - 1) + (v - 1) * p + 1)
+    return np.maximum(np.where(v > 1, inter, one_f1b), 1).astype(float)
 
 
 def stage_params(model: ModelSpec, x: PlanArrays, stage: str):
@@ -106,6 +109,8 @@ def stage_params(model: ModelSpec, x: PlanArrays, stage: str):
     if stage == "first":
         layers = x.first
         extra = np.where(single, emb + (0 if model.tied_embeddings else out) + final_norm, emb)
+    elif stage == "middle":
+        layers, extra = x.mid, 0.0
     else:
         layers = x.last
         # A tied output layer keeps its own copy on the last stage when pp > 1 (Megatron).
@@ -114,9 +119,9 @@ def stage_params(model: ModelSpec, x: PlanArrays, stage: str):
 
 
 def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, stage: str) -> dict:
-    """Breakdown of the peak memory of one GPU of the ``first`` or ``last`` stage, bytes."""
+    """Breakdown of the peak memory of one GPU of the ``first``, ``middle`` or ``last`` stage, bytes."""
     eff = cluster.efficiency
-    layers = x.first if stage == "first" else x.last
+    layers = {"first": x.first, "middle": x.mid, "last": x.last}[stage]
     psi = stage_params(model, x, stage)
     states = model_state_bytes(psi, x.zero, x.dp, x.fp32_grads)
     stored, recomputed = layer_activation_bytes(model, x)
@@ -131,6 +136,8 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     T = (x.mb * x.seq // x.cp).astype(float)
     if stage == "first":
         edge = chunks / x.vpp * 3.0 * T * model.hidden_size  # embedding output of in-flight batches
+    elif stage == "middle":
+        edge = np.zeros_like(T)
     else:
         edge = 4.0 * T * model.vocab_size / x.tp  # fp32 logits / cross-entropy buffer
     activations = chunks * per_chunk + working + edge
@@ -149,10 +156,13 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
 
 
 def peak_memory(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
-    """The worst stage's breakdown (bytes) and which stage it is (``worst_is_last``)."""
-    first = stage_memory_bytes(model, cluster, x, "first")
-    last = stage_memory_bytes(model, cluster, x, "last")
-    worst_last = last["total"] > first["total"]
-    out = {k: np.where(worst_last, last[k], first[k]) for k in first}
-    out["worst_is_last"] = worst_last
+    """The worst stage's breakdown (bytes) and which stage it is (``worst_stage``: an index into
+    :data:`STAGES`). The middle stages count only with ``pp > 2``; with ``pp == 1`` the one stage
+    is the "first" (it carries both ends)."""
+    per = [stage_memory_bytes(model, cluster, x, st) for st in STAGES]
+    totals = np.stack([per[0]["total"], np.where(x.pp > 2, per[1]["total"], -np.inf),
+                       np.where(x.pp > 1, per[2]["total"], -np.inf)])
+    worst = np.argmax(totals, axis=0)
+    out = {k: np.choose(worst, [per[0][k], per[1][k], per[2][k]]) for k in per[0]}
+    out["worst_stage"] = worst
     return out

@@ -35,14 +35,29 @@ class _Doc(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-def _positive_unique(values, name):
+#: Largest GPU count of a plan (:class:`planner.plan.Plan` ``num_gpus``).
+MAX_GPUS = 10_000_000
+#: Upper bounds of the knob values, those of :class:`planner.plan.Plan` (``recompute_layers``:
+#: ``ModelSpec.num_layers``), so that every candidate the space builds is a valid Plan and no
+#: product of degrees overflows the space's int64 columns.
+KNOB_LIMITS = {"tp": 100_000, "pp": 100_000, "cp": 100_000, "vpp": 10_000, "micro_batch": 1_000_000,
+               "recompute_layers": 10_000}
+#: Longest value list of a knob or of ``gpus``/``global_batch``.
+MAX_LIST = 100_000
+
+
+def _positive_unique(values, name, limit=None):
     if values is None:
         return None
     vals = list(values)
     if not vals:
         raise ValueError(f"{name}: empty list; leave it out for the default domain")
+    if len(vals) > MAX_LIST:
+        raise ValueError(f"{name}: {len(vals)} values; at most {MAX_LIST:,}")
     if any(int(v) != v or v <= 0 for v in vals):
         raise ValueError(f"{name}: values must be positive integers (got {vals[:8]})")
+    if limit is not None and max(vals) > limit:
+        raise ValueError(f"{name}: {max(vals)} is too large (at most {limit:,})")
     return sorted(set(int(v) for v in vals))
 
 
@@ -85,7 +100,7 @@ class Knobs(_Doc):
     @field_validator("tp", "pp", "cp", "vpp", "micro_batch", "recompute_layers")
     @classmethod
     def _ints(cls, v, info):
-        return _positive_unique(v, info.field_name)
+        return _positive_unique(v, info.field_name, KNOB_LIMITS[info.field_name])
 
     @field_validator("zero")
     @classmethod
@@ -123,11 +138,12 @@ class SearchRequest(_Doc):
     model: str = Field(min_length=1, description="catalog model name or model file")
     gpu: list[str] = Field(default_factory=lambda: ["a100-80gb"], min_length=1, max_length=32,
                            description="GPU systems (catalog names or cluster files); one front across them")
-    sets: list[str] = Field(default_factory=list, description="--set what-if overrides, applied to every system")
+    sets: list[str] = Field(default_factory=list, max_length=1000,
+                            description="--set what-if overrides, applied to every system")
     gpus: list[int] | None = Field(default=None, description="explicit GPU counts")
-    min_gpus: int | None = Field(default=None, gt=0, le=10_000_000)
-    max_gpus: int | None = Field(default=None, gt=0, le=10_000_000)
-    gpus_step: int | None = Field(default=None, gt=0, le=10_000_000, description="default: GPUs per node")
+    min_gpus: int | None = Field(default=None, gt=0, le=MAX_GPUS)
+    max_gpus: int | None = Field(default=None, gt=0, le=MAX_GPUS)
+    gpus_step: int | None = Field(default=None, gt=0, le=MAX_GPUS, description="default: GPUs per node")
     max_nodes: int | None = Field(default=None, gt=0, le=10_000_000, description="caps GPU counts at nodes x GPUs/node")
     global_batch: list[int] | None = Field(default=None, description="sequences per step; default the model's")
     seq_len: int | None = Field(default=None, gt=0, le=100_000_000, description="default the model's")
@@ -169,16 +185,19 @@ class SearchRequest(_Doc):
     @field_validator("gpus", "global_batch")
     @classmethod
     def _lists(cls, v, info):
-        out = _positive_unique(v, info.field_name)
-        if out and max(out) > 100_000_000:
-            raise ValueError(f"{info.field_name}: {max(out)} is too large")
-        return out
+        return _positive_unique(v, info.field_name, MAX_GPUS if info.field_name == "gpus" else 100_000_000)
 
     @model_validator(mode="after")
     def _bounds(self):
         if self.min_gpus and self.max_gpus and self.min_gpus > self.max_gpus:
             raise ValueError(f"min_gpus: {self.min_gpus} exceeds max_gpus {self.max_gpus}")
         return self
+
+    def to_dataframe(self):
+        """One row, knob bounds as ``knobs_*`` columns (:func:`planner.api.request_dataframe`)."""
+        from .api import request_dataframe
+
+        return request_dataframe(self)
 
 
 class FrontPoint(_Doc):
@@ -252,6 +271,12 @@ class SearchResult(_Doc):
     stats: SearchStats
     inputs: ResolvedInputs
     request: SearchRequest
+
+    def to_dataframe(self):
+        """The front, one row per point, plan knobs as columns (:func:`planner.api.front_dataframe`)."""
+        from .api import front_dataframe
+
+        return front_dataframe(self)
 
 
 class Alternative(_Doc):

@@ -70,6 +70,7 @@ from .arrays import PlanArrays
 from .estimate import pack
 from .evaluate import evaluate
 from .request import (
+    MAX_GPUS,
     Alternative,
     FrontPoint,
     Knobs,
@@ -127,8 +128,8 @@ def resolve_inputs(request: SearchRequest, model: ModelSpec | None = None
 
 def _upper_cap(cluster: ClusterSpec, request: SearchRequest) -> int | None:
     caps = [c for c in (request.max_gpus,) if c]
-    if request.max_nodes:
-        caps.append(request.max_nodes * cluster.node.gpus_per_node)
+    if request.max_nodes:  # nodes x GPUs per node can pass a Plan's GPU bound
+        caps.append(min(request.max_nodes * cluster.node.gpus_per_node, MAX_GPUS))
     return min(caps) if caps else None
 
 
@@ -196,9 +197,9 @@ def _concat_spaces(spaces: list[Space]) -> Space:
                  np.concatenate([s.uneven for s in spaces]), first.precision, first.overlap_tp_comm)
 
 
-def _enumerate(model, cluster, counts, gbs, seq, request, knobs=None) -> Space:
+def _enumerate(model, cluster, counts, gbs, seq, request, knobs=None, max_candidates=None) -> Space:
     return enumerate_space(model, cluster, counts, gbs, seq, knobs or request.knobs, request.precision,
-                           request.overlap_tp_comm, request.max_candidates, request.fp32_grads)
+                           request.overlap_tp_comm, max_candidates or request.max_candidates, request.fp32_grads)
 
 
 def masks(sys_cols: dict, x: PlanArrays, request: SearchRequest, lo: int, hi: int | None) -> dict:
@@ -229,7 +230,11 @@ def default_max_gpus(model, cluster, gbs, seq, request, deadline: float = math.i
     doubling, which shows the flattening, stays in the range. When nothing is feasible yet
     (the model does not fit), keep doubling. Capped by ``max_gpus``/``max_nodes`` or 2**20.
 
-    Returns the cap and the evaluated pieces (so nothing is evaluated twice)."""
+    ``max_candidates`` bounds the pieces together, as it bounds one system's space elsewhere.
+
+    Returns the cap and the evaluated pieces (so nothing is evaluated twice); ``timing["cut"]``
+    says what stopped the doubling early, ``"time_limit"`` or ``"max_candidates"`` (the range
+    may then be short of the rule's: not proven)."""
     step = request.gpus_step or cluster.node.gpus_per_node
     cap_limit = _upper_cap(cluster, request) or DEFAULT_MAX_GPUS
     cap = min(DEFAULT_START_NODES * step, cap_limit)
@@ -242,7 +247,15 @@ def default_max_gpus(model, cluster, gbs, seq, request, deadline: float = math.i
         new = counts[counts > lo_done]
         if len(new):
             a = time.perf_counter()
-            sp = _enumerate(model, cluster, new, gbs, seq, request)
+            left = request.max_candidates - sum(len(p) for p in pieces)
+            try:
+                sp = _enumerate(model, cluster, new, gbs, seq, request, max_candidates=max(left, 1))
+            except InputError:
+                if not pieces:  # the other InputErrors do not depend on the counts
+                    raise
+                if timing is not None:
+                    timing["cut"] = "max_candidates"
+                return lo_done, pieces, cols
             b = time.perf_counter()
             pieces.append(sp)
             cols.append(evaluate_columns(model, cluster, sp.x, request, deadline))
@@ -257,7 +270,11 @@ def default_max_gpus(model, cluster, gbs, seq, request, deadline: float = math.i
                 ok &= c["power_kw"] <= request.max_power_kw
             if ok.any():
                 best = min(best, float(c["days"][ok].min()))
-        if cap >= cap_limit or time.perf_counter() > deadline:
+        if cap >= cap_limit:
+            break
+        if time.perf_counter() > deadline:
+            if timing is not None:
+                timing["cut"] = "time_limit"
             break
         if math.isfinite(best_prev) and best > (1.0 - DOUBLING_GAIN) * best_prev:
             break
@@ -377,6 +394,7 @@ def solver_parameters(request: SearchRequest, time_left: float):
     s.parameters.num_workers = request.workers
     s.parameters.random_seed = request.seed
     s.parameters.log_search_progress = False
+    s.parameters.catch_sigint_signal = False  # Ctrl-C stays Python's KeyboardInterrupt
     return s
 
 
@@ -535,16 +553,20 @@ def exhaustive_pick(t: Table, key) -> int | None:
 
 
 # ------------------------------------------------------------------ the search
-def _fits_anything(model, cluster, counts, gbs, seq, request, knobs) -> tuple[bool, float, object]:
+def _fits_anything(model, cluster, counts, gbs, seq, request, knobs,
+                   deadline: float = math.inf) -> tuple[bool, float, object]:
     """(fits, peak GiB, plan) of a variant of the space, actually evaluated: the fitting plan on
-    the fewest GPUs (then the least memory), or, when none fits, the smallest footprint."""
+    the fewest GPUs (then the least memory), or, when none fits, the smallest footprint. Past
+    ``deadline`` nothing is tried (not fitting, infinite footprint, no plan)."""
+    if time.perf_counter() > deadline:
+        return False, math.inf, None
     try:
         sp = _enumerate(model, cluster, counts, gbs, seq, request, knobs)
     except InputError:
         return False, math.inf, None
     if not len(sp):
         return False, math.inf, None
-    c = evaluate_columns(model, cluster, sp.x, request)
+    c = evaluate_columns(model, cluster, sp.x, request, deadline)
     mem = c["memory_peak_gib"]
     if c["fits"].any():
         idx = np.nonzero(c["fits"])[0]
@@ -560,10 +582,13 @@ def _describe_plan(p) -> str:
             f"on {p.num_gpus} GPUs")
 
 
-def explain_infeasible(model, systems: list[System], gbs, seq, request, ms: list[dict]) -> NoFeasiblePlan:
+def explain_infeasible(model, systems: list[System], gbs, seq, request, ms: list[dict], cut: str | None = None,
+                       deadline: float = math.inf) -> NoFeasiblePlan:
     """Why nothing is feasible, with the cheapest changes that would make a plan fit (each
-    evaluated). The constraints are taken in order memory, comm ratio, power, deadline, budget;
-    the first one that leaves nothing is reported, with the best value among what was left."""
+    evaluated, until ``deadline``). The constraints are taken in order memory, comm ratio,
+    power, deadline, budget; the first one that leaves nothing is reported, with the best value
+    among what was left. When the time limit left candidates unevaluated (or ``cut`` the
+    default GPU range short) nothing is proven infeasible, and the message says so."""
     total = sum(len(s.space) for s in systems)
     if total == 0:
         counts = sorted({int(n) for s in systems for n in s.counts})
@@ -572,6 +597,19 @@ def explain_infeasible(model, systems: list[System], gbs, seq, request, ms: list
             f"no valid plan at the GPU counts considered ({shown or 'none'}) with global batch "
             f"{'/'.join(map(str, gbs))}: tp*pp*cp*dp must equal the GPU count and dp*micro_batch divide the "
             "batch; try other --gpus or --global-batch, or loosen the knob bounds", reason="space")
+    evaluated = int(sum(m["done"].sum() for m in ms))
+    if evaluated < total or cut == "time_limit":
+        part = f"{evaluated:,} of {total:,} candidates evaluated" + (
+            ", the default GPU range not fully explored" if cut else "")
+        return NoFeasiblePlan(
+            f"no feasible plan found within the time limit of {request.time_limit_s:g} s ({part}); "
+            "raise --time-limit (time_limit_s) or bound the space (--gpus, --tp, --pp ...)", reason="time_limit")
+    if cut == "max_candidates":
+        top = max((int(s.counts.max()) for s in systems if len(s.counts)), default=0)
+        return NoFeasiblePlan(
+            f"no feasible plan among the {total:,} candidates up to {top:,} GPUs, where the default GPU range "
+            f"reached max_candidates {request.max_candidates:,}; give --gpus/--max-gpus beyond it, or bound "
+            "the knobs (--tp, --pp, --micro-batch ...)", reason="max_candidates")
     order = ["memory", "comm_ratio", "power", "deadline", "budget", "gpus"]
     alive = [m["done"].copy() for m in ms]
     for name in order:
@@ -580,7 +618,7 @@ def explain_infeasible(model, systems: list[System], gbs, seq, request, ms: list
             break
         alive = nxt
     if name == "memory":
-        return _explain_memory(model, systems, gbs, seq, request)
+        return _explain_memory(model, systems, gbs, seq, request, deadline)
     # best value of the failing metric among the survivors
     col, unit, what, fix = {
         "comm_ratio": ("comm_ratio", "", "exposed communication share", "raise --max-comm-ratio or allow other knobs"),
@@ -609,7 +647,7 @@ def explain_infeasible(model, systems: list[System], gbs, seq, request, ms: list
         reason=name)
 
 
-def _explain_memory(model, systems, gbs, seq, request) -> NoFeasiblePlan:
+def _explain_memory(model, systems, gbs, seq, request, deadline: float = math.inf) -> NoFeasiblePlan:
     best = (math.inf, None, None)
     for s in systems:
         m = s.cols["memory_peak_gib"]
@@ -633,7 +671,7 @@ def _explain_memory(model, systems, gbs, seq, request) -> NoFeasiblePlan:
                          kn.model_copy(update={"zero": sorted(set(kn.zero) | {3}),
                                                "recompute": list(kn.recompute) + ["full"]})))
     for label, k in variants:
-        ok, g, p = _fits_anything(model, s.cluster, s.counts, gbs, seq, request, k)
+        ok, g, p = _fits_anything(model, s.cluster, s.counts, gbs, seq, request, k, deadline)
         alts.append(Alternative(change=label, fits=ok, peak_gib=g if math.isfinite(g) else None,
                                 usable_gib=usable, plan=p))
     # more GPUs (same system, same knobs): node multiples beyond the largest count considered
@@ -645,7 +683,7 @@ def _explain_memory(model, systems, gbs, seq, request) -> NoFeasiblePlan:
         counts = counts[counts <= DEFAULT_MAX_GPUS]
         if not len(counts):
             break
-        ok, g, p = _fits_anything(model, s.cluster, counts, gbs, seq, request, kn)
+        ok, g, p = _fits_anything(model, s.cluster, counts, gbs, seq, request, kn, deadline)
         if ok:
             alts.append(Alternative(change=f"more GPUs: {p.num_gpus} ({s.name})" if p else "more GPUs",
                                     fits=True, peak_gib=g, usable_gib=usable, plan=p))
@@ -657,7 +695,7 @@ def _explain_memory(model, systems, gbs, seq, request) -> NoFeasiblePlan:
                     key=lambda c: (c.price_per_gpu_hour_usd, c.name))
     for c in bigger:
         counts = s.counts if len(s.counts) else np.array([top])
-        ok, g, p = _fits_anything(model, c, counts, gbs, seq, request, kn)
+        ok, g, p = _fits_anything(model, c, counts, gbs, seq, request, kn, deadline)
         if ok:
             alts.append(Alternative(change=f"a larger-memory GPU: {c.name} ({c.gpu.memory_gib:g} GiB)", fits=True,
                                     peak_gib=g, usable_gib=c.gpu.memory_gib * (1 - request.memory_headroom), plan=p))
@@ -672,7 +710,8 @@ def _explain_memory(model, systems, gbs, seq, request) -> NoFeasiblePlan:
     msg = (f"no plan fits in memory: the smallest footprint is {gib:.1f} GiB per GPU ({_describe_plan(plan)}, "
            f"{s.name}) against {usable:.1f} GiB usable ({cap:g} GiB, headroom {request.memory_headroom:.0%}); "
            + (f"would fit: {'; '.join(fixes)}" if fixes else "nothing tried fits")
-           + (f" (not enough: {'; '.join(tried)})" if tried else ""))
+           + (f" (not enough: {'; '.join(tried)})" if tried else "")
+           + ("; the time limit stopped these checks: some were not tried" if time.perf_counter() > deadline else ""))
     return NoFeasiblePlan(msg, reason="memory", smallest_gib=gib, smallest_plan=plan, usable_gib=usable,
                           capacity_gib=cap, system=s.name, alternatives=alts)
 
@@ -816,6 +855,7 @@ def search(request: SearchRequest | dict, *, model: ModelSpec | None = None) -> 
     model, clusters, gbs, seq = resolve_inputs(req, model)
     systems: list[System] = []
     t_enum = t_eval = 0.0
+    cut = None  # what stopped a default GPU range short (time_limit, max_candidates), if anything
     for k, c in enumerate(clusters):
         if req.gpus or _upper_cap(c, req):
             counts = gpu_counts(c, req)
@@ -828,6 +868,7 @@ def search(request: SearchRequest | dict, *, model: ModelSpec | None = None) -> 
         else:
             timing: dict = {}
             cap, pieces, parts = default_max_gpus(model, c, gbs, seq, req, deadline, timing)
+            cut = cut or timing.get("cut")
             t_enum += timing.get("enumerate", 0.0)
             t_eval += timing.get("evaluate", 0.0)
             counts = gpu_counts(c, req, upper=cap)
@@ -844,7 +885,7 @@ def search(request: SearchRequest | dict, *, model: ModelSpec | None = None) -> 
     feasible = [m["feasible"] for m in ms]
     n_feas = int(sum(f.sum() for f in feasible))
     if n_feas == 0:
-        raise explain_infeasible(model, systems, gbs, seq, req, ms)
+        raise explain_infeasible(model, systems, gbs, seq, req, ms, cut, deadline)
 
     labels = [s.name for s in systems]
     groups, n_groups = group_ids(systems)
@@ -885,7 +926,7 @@ def search(request: SearchRequest | dict, *, model: ModelSpec | None = None) -> 
     evaluated = int(sum(m["done"].sum() for m in ms))
     mem_rej = int(sum((~m["memory"]).sum() for m in ms))
     comm_rej = int(sum((m["done"] & m["memory"] & ~m["comm_ratio"]).sum() for m in ms))
-    proven = proven and evaluated == total
+    proven = proven and evaluated == total and not cut
     stats = SearchStats(
         candidates=total, memory_rejected=mem_rej, evaluated=evaluated, comm_rejected=comm_rej, feasible=n_feas,
         pruned=n_feas - len(table), solver_candidates=len(table),

@@ -218,3 +218,17 @@ def test_vectorised_and_single_plan_evaluations_agree():
     for i, p in enumerate(plans):
         assert r["step_s"][i] == pytest.approx(estimate(m, H100, p).step_time_s, rel=1e-12)
     assert np.all(r["step_s"] > 0)
+
+
+def test_uneven_split_checks_the_middle_stages():
+    """A 1T model split 1 + 18x7 + 1 over 20 stages: the middle stages hold ~27.5B parameters
+    per GPU at tp2 (51 GiB of bf16 weights alone); the peak must be theirs, not the ends'."""
+    m = get_model("megatron-gpt-1t")
+    h200 = get_cluster("h200")
+    plan = dict(num_gpus=40, tp=2, pp=20, zero=0, micro_batch=1, global_batch=3072, seq_len=2048,
+                recompute="none", first_stage_layers=1, last_stage_layers=1)
+    e = estimate(m, h200, plan)
+    assert e.memory.worst_stage == "middle"
+    per_layer = (12 * m.hidden_size**2 + 13 * m.hidden_size) / 2
+    assert e.memory.weights_gib == pytest.approx(7 * per_layer * 2 / 2**30, rel=1e-3)
+    assert not e.feasible
