@@ -23,7 +23,7 @@ from typing import Any, Sequence
 import click
 import yaml
 
-from cli.common import guarded
+from cli.common import OneLineCommand, guarded
 from hardware.resolve import deep_merge
 
 TABLE_WIDTH = 80
@@ -140,7 +140,7 @@ def _term_changes(old, new) -> list[str]:
     return lines
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.command(cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.argument("runs", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--gpu", "gpu_ref", required=True,
               help="catalog system whose rows to fit, or a cluster file with base: (its rows are the base's)")

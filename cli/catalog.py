@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import click
 import yaml
 
-from cli.common import guarded
+from cli.common import OneLineGroup, guarded
 from models.io import InputError
 
 FORMATS = click.Choice(["table", "json"], case_sensitive=False)
@@ -111,7 +111,7 @@ def _gpu_record(name: str, c) -> dict[str, Any]:
 # ------------------------------------------------------------------ commands
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """Browse the built-in model and hardware catalogs.
 

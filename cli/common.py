@@ -30,6 +30,37 @@ def one_line(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
+def click_error_line(exc: click.ClickException) -> str:
+    """Click's own error (bad option value, unknown option, missing option) as one line."""
+    return " ".join(exc.format_message().split())
+
+
+class _OneLine:
+    """Click's usage errors as ``error: <message>`` on one line (exit 2), like every other bad
+    input, instead of click's usage banner, help hint and message over four lines."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except click.ClickException as exc:
+            click.echo(f"error: {click_error_line(exc)}", err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("error: aborted", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else EXIT_OK)
+
+
+class OneLineCommand(_OneLine, click.Command):
+    """A :class:`click.Command` whose usage errors are one ``error:`` line (``cls=`` of ``@click.command``)."""
+
+
+class OneLineGroup(_OneLine, click.Group):
+    """The same for a command group (``plan-catalog``)."""
+
+
 def guarded(func):
     """Run a click command body; turn bad input into ``error: ...`` and exit 2, never a traceback."""
 

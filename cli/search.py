@@ -26,7 +26,7 @@ import re
 import textwrap
 import click
 
-from cli.common import Infeasible, guarded
+from cli.common import Infeasible, OneLineCommand, guarded
 
 WIDTH = 80
 FORMATS = click.Choice(["table", "json", "csv"], case_sensitive=False)
@@ -262,12 +262,13 @@ def format_csv(res) -> str:
 
 
 # ------------------------------------------------------------------ command
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.command(cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--model", "model_ref", default=None, help="catalog model name/alias or model file")
 @click.option("--gpu", "gpu_ref", default=None, help="system(s): catalog names or cluster files, comma separated "
               "(one front across them)")
-@click.option("--request", "request_file", default=None, type=click.Path(dir_okay=False),
-              help="a SearchRequest YAML/JSON (see --schema request); other options override its fields")
+@click.option("--request", "request_file", default=None, type=click.Path(dir_okay=False, allow_dash=True),
+              help="a SearchRequest YAML/JSON file, or - for stdin (see --schema request); other options "
+              "override its fields")
 @click.option("--gpus", default=None, help="GPU counts: 256,512,1024 or 64..1024[:step] (node multiples)")
 @click.option("--max-gpus", type=int, default=None, help="every node multiple up to N")
 @click.option("--min-gpus", type=int, default=None, help="smallest GPU count")
@@ -333,9 +334,17 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
         return
     data: dict = {}
     if request_file:
-        from models.io import load_document
+        from models.io import load_document, load_stream
 
-        data = dict(load_document(request_file, "request"))
+        if request_file == "-":  # same size bound as a file, read without reading past it
+            data = dict(load_stream(click.get_binary_stream("stdin"), "request"))
+        else:
+            data = dict(load_document(request_file, "request"))
+    from models.io import InputError, short_repr
+
+    for key, kind, what in (("knobs", dict, "a mapping of knob bounds"), ("sets", list, "a list of KEY=VALUE strings")):
+        if data.get(key) is not None and not isinstance(data[key], kind):  # merged with the options below
+            raise InputError(f"request: {key}: expected {what} (got {short_repr(data[key])}); see --schema request")
     knobs = dict(data.get("knobs") or {})
     if model_ref:
         data["model"] = model_ref

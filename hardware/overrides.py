@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from hardware.spec import ClusterSpec, Precision
-from models.io import InputError, validation_message
+from models.io import InputError, short_repr, validation_message
 
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 MAX_SET_LENGTH = 1000
@@ -127,7 +127,7 @@ def _assign(data: dict[str, Any], key: str, value: Any, cluster: ClusterSpec) ->
         value = merged
     elif (_is_number(old) or parent == "gpu.peak_tflops") and not _is_number(value):
         if isinstance(value, bool) or not isinstance(value, str):
-            raise InputError(f"--set {key}: expected a number, got {value!r}")
+            raise InputError(f"--set {key}: expected a number, got {short_repr(value)}")
     node[leaf] = value
     return old
 
@@ -137,7 +137,7 @@ def _record_provenance(data: dict[str, Any], key: str, raw: str, old: Any) -> No
     parts = key.split(".")
     if any(p in ("sources", "source", "price_source", "price_date") for p in parts):
         return
-    note = f"what-if override --set {key}={raw}" + (f" (catalog value {old!r})" if old is not None else "")
+    note = f"what-if override --set {key}={raw}" + (f" (catalog value {short_repr(old)})" if old is not None else "")
     if parts[0] in ("gpu", "node") and len(parts) >= 2:
         sources = data[parts[0]].setdefault("sources", {})
         field = ".".join(parts[1:])
@@ -190,9 +190,9 @@ def describe_overrides(sets: Sequence[str], base: ClusterSpec | None = None) -> 
         if spec is not None:
             old = _lookup(spec, key)
             if old is not None:
-                was = f" (was {old!r})"
+                was = f" (was {short_repr(old)})"
             spec = apply_overrides(spec, [item])
-        lines.append(f"{key} = {value!r}{was}")
+        lines.append(f"{key} = {short_repr(value)}{was}")
     return lines
 
 

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 from hardware.catalog import canonical_name, get_cluster
 from hardware.overrides import apply_overrides
 from hardware.spec import ClusterSpec
-from models.io import InputError, load_document, validation_message
+from models.io import InputError, expand_path, field_name, load_document, validation_message
 
 FILE_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -49,7 +49,7 @@ def _check_fields(data: Any, model: type[BaseModel], where: str, prefix: str = "
         return
     fields = model.model_fields
     for key, value in data.items():
-        path = f"{prefix}{key}"
+        path = f"{prefix}{field_name(key)}"
         if key not in fields:
             close = difflib.get_close_matches(str(key), list(fields), n=3, cutoff=0.5)
             hint = f"; closest: {', '.join(prefix + c for c in close)}" if close else ""
@@ -93,7 +93,7 @@ def _credit_file(merged: dict[str, Any], data: dict[str, Any], note: str) -> Non
 
 def load_cluster_file(path: str | Path) -> ClusterSpec:
     """A :class:`ClusterSpec` from a YAML/JSON file, with optional ``base: <catalog name>``."""
-    p = Path(path)
+    p = expand_path(path)
     data = load_document(p, "cluster")
     where = f"cluster {p.name}"
     if "base" in data:
@@ -122,6 +122,13 @@ def _looks_like_path(ref: str) -> bool:
     return ref.lower().endswith(FILE_SUFFIXES) or os.sep in ref or (os.altsep or "\0") in ref
 
 
+def _is_file(ref: str) -> bool:
+    try:
+        return expand_path(ref).is_file()
+    except (OSError, ValueError):  # over-long or NUL-containing names are not files
+        return False
+
+
 def resolve_cluster(ref: str, sets: Sequence[str] = ()) -> ClusterSpec:
     """``--gpu`` value -> :class:`ClusterSpec`: a catalog name/alias or a cluster file; then ``sets``.
 
@@ -135,7 +142,7 @@ def resolve_cluster(ref: str, sets: Sequence[str] = ()) -> ClusterSpec:
         cluster = load_cluster_file(ref)
     elif canonical_name(ref) is not None:
         cluster = get_cluster(ref)
-    elif Path(ref).is_file():
+    elif _is_file(ref):
         cluster = load_cluster_file(ref)
     else:
         cluster = get_cluster(ref)  # raises: unknown name, with the closest ones

@@ -23,6 +23,22 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
+#: Lower bounds of the rates (GB/s, TFLOP/s) and of the efficiency fractions. Zero is excluded
+#: by the physics; these floors also keep every figure of the cost model finite (the slowest
+#: step of the largest valid model stays far below the float range), so a what-if such as
+#: ``--set gpu.hbm_bandwidth_gbps=1e-300`` is refused by name instead of pricing plans at
+#: infinity or NaN.
+MIN_RATE = 1e-3
+MIN_FRACTION = 1e-3
+
+
+def _check_floors(spec, floors: dict[str, float]) -> None:
+    for name, floor in floors.items():
+        value = getattr(spec, name)
+        if value < floor:
+            raise ValueError(f"{name}: {value:g} is below the smallest value modelled, {floor:g}")
+
+
 def gbit_to_gbyte(gbit_per_s: float) -> float:
     """Network line rate (Gb/s) to GB/s: 200 Gb/s HDR InfiniBand -> 25 GB/s."""
     return gbit_per_s / 8.0
@@ -57,8 +73,9 @@ class GPUSpec(_Frozen):
         if "bf16" not in self.peak_tflops and "fp16" not in self.peak_tflops:
             raise ValueError("peak_tflops: needs at least a bf16 or fp16 entry")
         for k, v in self.peak_tflops.items():
-            if not (v > 0 and v < 1e7):
-                raise ValueError(f"peak_tflops.{k}: {v} must be a positive TFLOP/s figure")
+            if not (MIN_RATE <= v < 1e7):
+                raise ValueError(f"peak_tflops.{k}: {v} must be a TFLOP/s figure between {MIN_RATE:g} and 1e7")
+        _check_floors(self, {"hbm_bandwidth_gbps": MIN_RATE})
         return self
 
     def peak(self, precision: str) -> float:
@@ -90,6 +107,7 @@ class NodeSpec(_Frozen):
 
     @model_validator(mode="after")
     def _check(self) -> "NodeSpec":
+        _check_floors(self, {"intra_node_gbps": MIN_RATE, "inter_node_gbps": MIN_RATE})
         if self.intra_domain_size % self.gpus_per_node and self.gpus_per_node % self.intra_domain_size:
             raise ValueError(
                 f"intra_domain_size: {self.intra_domain_size} must divide or be a multiple of "
@@ -144,6 +162,12 @@ class EfficiencySpec(_Frozen):
     step_overhead_s: float = Field(default=0.05, ge=0, le=1e4)
     source: str = Field(default="defaults (not fitted)")
 
+    @model_validator(mode="after")
+    def _check(self) -> "EfficiencySpec":
+        _check_floors(self, dict.fromkeys(("gemm_eff_max", "fp8_gemm_eff_ratio", "attention_eff", "bmm_attention_eff",
+                                           "hbm_eff", "intra_bw_eff", "inter_bw_eff", "zero3_bw_eff"), MIN_FRACTION))
+        return self
+
 
 class ClusterSpec(_Frozen):
     """A system to train on: GPUs in their usual node, its network, price, storage, efficiencies."""
@@ -161,3 +185,8 @@ class ClusterSpec(_Frozen):
     storage_write_gbps: float = Field(default=50.0, gt=0, le=1e9, description="aggregate, GB/s")
     efficiency: EfficiencySpec = EfficiencySpec()
     sources: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> "ClusterSpec":
+        _check_floors(self, {"storage_read_gbps": MIN_RATE, "storage_write_gbps": MIN_RATE})
+        return self

@@ -53,7 +53,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .io import InputError, validation_message
+from .io import InputError, short_repr, validation_message
 from .spec import ModelSpec
 
 # Families whose MLP is gated (gate, up, down projections).
@@ -108,10 +108,10 @@ def _get(cfg: dict[str, Any], keys: tuple[str, ...]) -> tuple[str | None, Any]:
 
 def _as_int(value: Any, key: str, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(f"{where}: {key} must be a positive integer (got {value!r:.60})")
+        raise InputError(f"{where}: {key} must be a positive integer (got {short_repr(value)})")
     if isinstance(value, float):
         if not value.is_integer():
-            raise InputError(f"{where}: {key} must be a positive integer (got {value!r})")
+            raise InputError(f"{where}: {key} must be a positive integer (got {short_repr(value)})")
         value = int(value)
     if value <= 0:
         raise InputError(f"{where}: {key} must be a positive integer (got {value})")
@@ -128,6 +128,15 @@ def _int(cfg, keys, where, required=True, what=""):
     return _as_int(value, key, where)
 
 
+def _text(value: Any, key: str | None, where: str) -> str:
+    """A string setting, lower-cased ("" when absent); anything but a string is an error."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InputError(f"{where}: {key}: expected a string (got {short_repr(value)})")
+    return value.lower()
+
+
 def _bool(cfg, keys) -> bool | None:
     key, value = _get(cfg, keys)
     return None if key is None else bool(value)
@@ -135,7 +144,7 @@ def _bool(cfg, keys) -> bool | None:
 
 def _activation(cfg: dict[str, Any], family: str, where: str) -> str:
     key, act = _get(cfg, ("hidden_act", "activation_function", "hidden_activation", "activation"))
-    act = str(act).lower() if act is not None else ""
+    act = _text(act, key, where)
     gated = family in GATED_FAMILIES
     if not act:
         return "swiglu" if gated else "gelu"
@@ -148,7 +157,7 @@ def _activation(cfg: dict[str, Any], family: str, where: str) -> str:
         return "swiglu" if gated or family not in BIASED_FAMILIES | ALIBI_FAMILIES else "gelu"
     if act.startswith("gelu") or act in ("quick_gelu", "fast_gelu", "relu", "relu6", "leaky_relu"):
         return "geglu" if gated and act.startswith("gelu") else "gelu"
-    raise InputError(f"{where}: {key}: activation {act!r} is not modelled; use silu, gelu, relu or relu2")
+    raise InputError(f"{where}: {key}: activation {short_repr(act)} is not modelled; use silu, gelu, relu or relu2")
 
 
 def _sparse_layers(cfg: dict[str, Any], family: str, num_layers: int, where: str) -> list[int]:
@@ -163,7 +172,7 @@ def _sparse_layers(cfg: dict[str, Any], family: str, num_layers: int, where: str
         step = _as_int(cfg.get("decoder_sparse_step") or 1, "decoder_sparse_step", where)
         only = cfg.get("mlp_only_layers") or []
         if not isinstance(only, list) or not all(isinstance(i, int) for i in only):
-            raise InputError(f"{where}: mlp_only_layers must be a list of layer indices (got {only!r:.60})")
+            raise InputError(f"{where}: mlp_only_layers must be a list of layer indices (got {short_repr(only)})")
         return [i for i in range(num_layers) if i not in only and (i + 1) % step == 0]
     return list(range(num_layers))  # Mixtral-style: every layer
 
@@ -227,7 +236,7 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
         nested = cfg.get("text_config")
         if isinstance(nested, dict):  # multimodal wrappers keep the LM under text_config
             cfg = {**nested, "model_type": nested.get("model_type", cfg.get("model_type"))}
-    family = str(cfg.get("model_type") or "").lower()
+    family = _text(cfg.get("model_type") or None, "model_type", where)
 
     if cfg.get("kv_lora_rank") is not None:
         raise InputError(
@@ -249,7 +258,7 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
     proj = cfg.get("word_embed_proj_dim")
     if proj is not None and proj != hidden:
         raise InputError(
-            f"{where}: word_embed_proj_dim: {proj!r} != hidden_size {hidden}; OPT's embedding projection is not modelled"
+            f"{where}: word_embed_proj_dim: {short_repr(proj)} != hidden_size {hidden}; OPT's embedding projection is not modelled"
         )
 
     rope_scaling = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), dict) else {}
@@ -271,7 +280,7 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
     else:
         norm = "rmsnorm" if family in RMSNORM_FAMILIES else "layernorm"
 
-    pos_type = str(cfg.get("position_embedding_type") or "").lower()
+    pos_type = _text(cfg.get("position_embedding_type") or None, "position_embedding_type", where)
     if family in ALIBI_FAMILIES or cfg.get("alibi") is True:
         position = "alibi"
     elif (

@@ -8,29 +8,67 @@ bound, a mapping at the top, and errors that name the file and the field.
 from __future__ import annotations
 
 import json
+import reprlib
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 from pydantic import ValidationError
 
 MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 2, 60, 60
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 4
+
 
 class InputError(ValueError):
-    """Bad input: the message is one line that names the field and the fix."""
+    """Bad input: the message is one line that names the field and the fix (whitespace runs,
+    newlines included, are collapsed, so a field name or value with a line break cannot split it)."""
+
+    def __init__(self, message: object = "") -> None:
+        super().__init__(" ".join(str(message).split()))
+
+
+def expand_path(path: str | Path) -> Path:
+    """``Path(path)`` with a leading ``~`` or ``~user`` expanded when it can be (an unknown
+    user or no home directory leaves the path as written, for the caller's "not found")."""
+    p = Path(path)
+    try:
+        return p.expanduser()
+    except RuntimeError:
+        return p
+
+
+def field_name(key: object) -> str:
+    """A document key as shown in a message: as written when it looks like a field name, else
+    its (bounded) repr, so odd keys (empty, spaces, control characters) stay visible."""
+    if isinstance(key, str) and key and all(c.isalnum() or c in "_-." for c in key) and len(key) <= 60:
+        return key
+    return short_repr(key)
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """``repr`` of a user value for an error message, in bounded time and length.
+
+    Plain ``repr`` (also under a ``!r:.60`` format, which truncates only afterwards) walks the
+    whole value: a YAML document whose aliases nest ten lists of ten lists thirty levels deep
+    is a few hundred bytes but 10**30 elements when printed. :mod:`reprlib` stops at depth 2 and
+    4 items per container.
+    """
+    text = _REPR.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def validation_message(exc: ValidationError, where: str = "") -> str:
     """First error of a pydantic ValidationError as ``where: field.path: message``."""
     err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
-    msg = err.get("msg", str(exc)).removeprefix("Value error, ")
+    loc = ".".join(str(p) if isinstance(p, int) else field_name(p) for p in err.get("loc", ()) if p != "__root__")
+    msg = (err.get("msg") or "invalid value").removeprefix("Value error, ")  # not str(exc): it prints the input
     inp = err.get("input")
     shown = ""
     if err.get("type") not in ("missing", "value_error") and not isinstance(inp, (dict, list)):
-        text = repr(inp)
-        shown = f" (got {text[:60]})"
+        shown = f" (got {short_repr(inp)})"
     more = len(exc.errors()) - 1
     tail = f" [+{more} more]" if more > 0 else ""
     prefix = f"{where}: " if where else ""
@@ -38,32 +76,86 @@ def validation_message(exc: ValidationError, where: str = "") -> str:
     return f"{prefix}{field}{msg}{shown}{tail}".replace("\n", " ")
 
 
-def load_document(path: str | Path, what: str = "document") -> dict[str, Any]:
-    """Read a YAML or JSON mapping from ``path`` (``yaml.safe_load``; JSON is YAML's subset)."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{what}: file {str(p)!r} not found")
-    size = p.stat().st_size
-    if size > MAX_DOCUMENT_BYTES:
-        raise InputError(f"{what}: {p.name} is {size} bytes; the limit is {MAX_DOCUMENT_BYTES}")
-    raw = p.read_bytes()
+def _read_bounded(stream: BinaryIO, what: str, name: str) -> bytes:
+    """At most MAX_DOCUMENT_BYTES of ``stream`` (reading one byte more to tell)."""
     try:
-        text = raw.decode("utf-8")
+        raw = stream.read(MAX_DOCUMENT_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"{what}: cannot read {name} ({exc.strerror or type(exc).__name__})") from None
+    if len(raw) > MAX_DOCUMENT_BYTES:
+        raise InputError(f"{what}: {name} is larger than the limit of {MAX_DOCUMENT_BYTES} bytes")
+    return raw
+
+
+def _decode(raw: bytes, what: str, name: str) -> str:
+    try:
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise InputError(f"{what}: {p.name} is not UTF-8 text") from None
-    return parse_document(text, f"{what} {p.name}")
+        raise InputError(f"{what}: {name} is not UTF-8 text") from None
+
+
+def load_document(path: str | Path, what: str = "document") -> dict[str, Any]:
+    """Read a YAML or JSON mapping from ``path`` (``yaml.safe_load``; JSON is YAML's subset).
+
+    ``~`` is expanded; symlinks are followed; a directory, a missing file, a device or a pipe
+    is an error naming the path; no more than MAX_DOCUMENT_BYTES are read."""
+    p = expand_path(path)
+    try:
+        regular = p.is_file()
+    except (OSError, ValueError):  # over-long or NUL-containing names
+        regular = False
+    if not regular:
+        kind = "is a directory" if _is_dir(p) else "not found (or not a regular file)"
+        raise InputError(f"{what}: file {str(p)!r} {kind}")
+    try:
+        size = p.stat().st_size
+        if size > MAX_DOCUMENT_BYTES:
+            raise InputError(f"{what}: {p.name} is {size} bytes; the limit is {MAX_DOCUMENT_BYTES}")
+        with p.open("rb") as f:
+            raw = _read_bounded(f, what, p.name)
+    except OSError as exc:
+        raise InputError(f"{what}: cannot read {str(p)!r} ({exc.strerror or type(exc).__name__})") from None
+    return parse_document(_decode(raw, what, p.name), f"{what} {p.name}")
+
+
+def load_stream(stream: BinaryIO, what: str = "document", name: str = "stdin") -> dict[str, Any]:
+    """:func:`load_document` for an open binary stream (``--request -``): the same size bound,
+    read without reading past it."""
+    return parse_document(_decode(_read_bounded(stream, what, name), what, name), f"{what} {name}")
+
+
+_KINDS = {list: "list", str: "string", int: "number", float: "number", bool: "boolean", bytes: "binary value"}
+
+
+def _is_dir(p: Path) -> bool:
+    try:
+        return p.is_dir()
+    except (OSError, ValueError):
+        return False
 
 
 def parse_document(text: str, what: str = "document") -> dict[str, Any]:
-    """Parse YAML/JSON text into a mapping with one-line errors."""
+    """Parse YAML/JSON text into a mapping with one-line errors.
+
+    Text that starts like JSON is parsed as JSON (fast, strict); when that fails it is tried as
+    YAML (``{a: 1}`` is a YAML flow mapping), and the JSON error is reported if both fail."""
     try:
         if text.lstrip().startswith(("{", "[")):
-            data = json.loads(text)
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as json_exc:
+                try:
+                    data = yaml.safe_load(text)
+                except (yaml.YAMLError, ValueError):
+                    raise json_exc from None
         else:
             data = yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError, RecursionError, ValueError) as exc:
+    except RecursionError:
+        raise InputError(f"{what}: not valid YAML/JSON (nested too deeply)") from None
+    except (yaml.YAMLError, json.JSONDecodeError, ValueError, OverflowError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"{what}: not valid YAML/JSON ({first})") from None
+        raise InputError(f"{what}: not valid YAML/JSON ({first[:200]})") from None
     if not isinstance(data, dict):
-        raise InputError(f"{what}: expected a mapping of fields at the top, got {type(data).__name__}")
+        got = "an empty document" if data is None else f"a {_KINDS.get(type(data), type(data).__name__)}"
+        raise InputError(f"{what}: expected a mapping of fields at the top, got {got}")
     return data

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from .catalog import DOCUMENT_SUFFIXES, get_model, lookup, raw_entry, suggestions
 from .hf import from_hf_config
-from .io import InputError, load_document, validation_message
+from .io import InputError, expand_path, field_name, load_document, short_repr, validation_message
 from .spec import ModelSpec
 
 HF_MARKERS = ("num_hidden_layers", "n_layer", "model_type", "architectures", "text_config")
@@ -44,7 +44,7 @@ def _check_fields(doc: dict[str, Any], where: str) -> None:
         if key not in SPEC_FIELDS:
             close = difflib.get_close_matches(str(key), SPEC_FIELDS, n=1, cutoff=0.6)
             hint = f"did you mean {close[0]}?" if close else "see models/spec.py for the fields"
-            raise InputError(f"{where}: {key}: unknown field; {hint}")
+            raise InputError(f"{where}: {field_name(key)}: unknown field; {hint}")
 
 
 def spec_from_document(doc: dict[str, Any], default_name: str, where: str) -> ModelSpec:
@@ -54,11 +54,11 @@ def spec_from_document(doc: dict[str, Any], default_name: str, where: str) -> Mo
     _check_fields(doc, where)
     if base is not None:
         if not isinstance(base, str):
-            raise InputError(f"{where}: base: must be a catalog model name (got {base!r:.60})")
+            raise InputError(f"{where}: base: must be a catalog model name (got {short_repr(base)})")
         base_spec = lookup(base)
         if base_spec is None:
             close = ", ".join(suggestions(base))
-            raise InputError(f"{where}: base: unknown model {base!r}; closest: {close}; see 'plan-catalog models'")
+            raise InputError(f"{where}: base: unknown model {short_repr(base)}; closest: {close}; see 'plan-catalog models'")
         fields = raw_entry(base_spec.name)
         fields.pop("aliases", None)
         fields.pop("name", None)
@@ -97,7 +97,7 @@ def resolve_model(ref: str | os.PathLike[str] | ModelSpec) -> ModelSpec:
     text = os.fspath(ref).strip()
     if not text:
         raise InputError("model: empty; give a catalog name or a model file (see 'plan-catalog models')")
-    p = Path(text).expanduser()
+    p = expand_path(text)
     try:
         exists = p.exists()
     except (OSError, ValueError):  # over-long or NUL-containing names are not files

@@ -46,7 +46,7 @@ class Plan(BaseModel):
     pp: int = Field(default=1, gt=0, le=100_000)
     dp: int | None = Field(default=None, gt=0, le=10_000_000, description="default num_gpus/(tp*pp*cp)")
     cp: int = Field(default=1, gt=0, le=100_000)
-    vpp: int = Field(default=1, gt=0, le=1_000)
+    vpp: int = Field(default=1, gt=0, le=10_000, description="at most num_layers / pp (check_against)")
     zero: int = Field(default=1, ge=0, le=3)
     micro_batch: int = Field(default=1, gt=0, le=1_000_000)
     global_batch: int = Field(gt=0, le=100_000_000)

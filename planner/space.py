@@ -182,6 +182,56 @@ def _pairs(ok: np.ndarray):
     return r, c
 
 
+#: Cells of a candidate mask built at once: the crosses below are made in row chunks of at
+#: most this many cells, so memory stays bounded (~tens of MB) whatever the domains.
+CHUNK_CELLS = 1 << 21
+
+
+def _too_many(max_candidates: int, n: int | None = None) -> InputError:
+    count = f"{n:,} candidates exceed" if n is not None else "the candidates (at this stage already) exceed"
+    return InputError(
+        f"search: {count} max_candidates {max_candidates:,}; bound some knobs "
+        "(--tp, --pp, --micro-batch ...) or fewer GPU counts"
+    )
+
+
+def _pairs_chunked(n_rows: int, n_cols: int, mask, max_candidates: int):
+    """:func:`_pairs` of the ``n_rows x n_cols`` mask ``mask(rows_slice)``, built in row chunks
+    (same row-major order); :class:`InputError` as soon as more than ``max_candidates`` cells are
+    true -- every later stage keeps at least one row per row of this one in the default domains,
+    so the space would exceed the bound anyway."""
+    step = max(1, CHUNK_CELLS // max(n_cols, 1))
+    rs, cs, total = [], [], 0
+    for a in range(0, n_rows, step):
+        r, c = np.nonzero(mask(slice(a, min(a + step, n_rows))))
+        total += len(r)
+        if total > max_candidates:
+            raise _too_many(max_candidates)
+        rs.append(r + a)
+        cs.append(c)
+    if not rs:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate(rs), np.concatenate(cs)
+
+
+def _vpp_table(P: np.ndarray, M: np.ndarray, V: np.ndarray, num_layers: int):
+    """Per pipeline split ``j`` the virtual-stage values it allows whatever the micro-batches:
+    ``1`` (when in ``V``) and the ``v > 1`` of ``V`` dividing the middle-stage layers with
+    ``pp * v <= l``, in ``V``'s order; as a padded table (-1 = none) and its width. The per-row
+    rule "micro-batches a multiple of pp" is applied later, on this table's few columns, so the
+    cross is rows x (divisors of a stage) rather than rows x every value of ``V``."""
+    rows = []
+    for p, mid in zip(P.tolist(), M.tolist()):
+        hi = np.searchsorted(V, num_layers // p, side="right") if p > 1 else np.searchsorted(V, 1, side="right")
+        cand = V[:hi]
+        rows.append(cand[(cand == 1) | ((p > 1) & (mid % cand == 0))])
+    width = max([len(r) for r in rows] + [1])
+    table = np.full((len(rows), width), -1, dtype=np.int64)
+    for j, r in enumerate(rows):
+        table[j, : len(r)] = r
+    return table
+
+
 def _recompute_choices(knobs: Knobs):
     """(kind, k) choices; a negative k is a fraction of the largest stage."""
     choices: list[tuple[int, float]] = []
@@ -205,10 +255,12 @@ def _recompute_table(choices, F, M, La, num_layers):
     k = np.where(spec < 0, np.ceil(-spec * L), spec).astype(np.int64)
     partial = kind == RC_PARTIAL
     ok = ~partial | ((k >= 1) & (k < L))
-    # two partial choices with the same k are the same plan: keep the first
-    for j in range(len(choices)):
-        for i in range(j):
-            if choices[i][0] == RC_PARTIAL and choices[j][0] == RC_PARTIAL:
+    # two partial choices with the same k are the same plan: keep the first (only the default
+    # fractions of a stage can coincide; the user's recompute_layers are distinct values)
+    fractions = [j for j, c in enumerate(choices) if c[0] == RC_PARTIAL and c[1] < 0]
+    for j in fractions:
+        for i in fractions:
+            if i < j:
                 ok[:, j] &= k[:, i] != k[:, j]
     rc_layers = np.where(kind == RC_FULL, num_layers, np.where(partial, k, 0))
     return ok, np.broadcast_to(rc_layers, ok.shape), np.broadcast_to(kind, ok.shape)
@@ -243,27 +295,36 @@ def enumerate_space(
     MB = micro_batch_domain(knobs, max(global_batches))
     V = vpp_domain(knobs, l)
 
-    # 1. layouts (gb, tp, cp, pp, dp) whose product is a requested GPU count
+    # 1. layouts (gb, tp, cp, pp, dp) whose product is a requested GPU count: (tp, cp, pp)
+    # triples (those whose product can still reach a count) crossed with the divisors of gb
+    top = int(counts.max()) if len(counts) else 0
+    t0, c0, pi0 = (a.ravel() for a in np.meshgrid(T, C, np.arange(len(P)), indexing="ij"))
+    prod0 = t0 * c0 * P[pi0]
+    live = prod0 <= top  # also keeps prod * d below the int64 range (top <= 10**7, d <= 10**8)
+    t0, c0, pi0, prod0 = t0[live], c0[live], pi0[live], prod0[live]
     parts = []
     for gb in sorted(set(int(g) for g in global_batches)):
         D = _divisors(gb)
-        t, c, pi, d = (a.ravel() for a in np.meshgrid(T, C, np.arange(len(P)), D, indexing="ij"))
-        n = t * c * P[pi] * d
-        keep = np.isin(n, counts)
-        parts.append((np.full(int(keep.sum()), gb, dtype=np.int64), t[keep], c[keep], pi[keep], d[keep], n[keep]))
+        r1, j1 = _pairs_chunked(len(prod0), len(D), lambda rows: np.isin(prod0[rows, None] * D[None, :], counts),
+                                max_candidates)
+        d = D[j1]
+        parts.append((np.full(len(r1), gb, dtype=np.int64), t0[r1], c0[r1], pi0[r1], d, prod0[r1] * d))
     gb1, tp1, cp1, pi1, dp1, n1 = (np.concatenate([p[j] for p in parts]) for j in range(6))
     # 2. micro-batch: dp * mb divides the global batch
-    r2, j2 = _pairs(gb1[:, None] % (dp1[:, None] * MB[None, :]) == 0)
+    r2, j2 = _pairs_chunked(len(gb1), len(MB), lambda rows: gb1[rows, None] % (dp1[rows, None] * MB[None, :]) == 0,
+                            max_candidates)
     mb2 = MB[j2]
     m2 = gb1[r2] // (dp1[r2] * mb2)
-    p2, mid2 = P[pi1[r2]], M[pi1[r2]]
-    # 3. virtual stages
-    v = V[None, :]
-    ok3 = (v == 1) | ((p2[:, None] > 1) & (mid2[:, None] % v == 0) & (m2[:, None] % p2[:, None] == 0)
-                      & (p2[:, None] * v <= l))
-    r3, j3 = _pairs(ok3)
+    pi2 = pi1[r2]
+    # 3. virtual stages: 1, or v > 1 dividing the middle stage with pp*v <= l (the table) when
+    # the micro-batches are a multiple of pp
+    VT = _vpp_table(P, M, V, l)
+    r3, j3 = _pairs_chunked(
+        len(r2), VT.shape[1],
+        lambda rows: (VT[pi2[rows]] == 1) | ((VT[pi2[rows]] > 1) & (m2[rows] % P[pi2[rows]] == 0)[:, None]),
+        max_candidates)
     lay3 = r2[r3]  # layout row of each stage-3 row
-    mb3, v3 = mb2[r3], V[j3]
+    mb3, v3 = mb2[r3], VT[pi2[r3], j3]
     # 4-6. ZeRO x recomputation x sequence parallelism, masked together
     Z = np.asarray(knobs.zero, dtype=np.int64)
     choices = _recompute_choices(knobs)
@@ -272,16 +333,15 @@ def enumerate_space(
     zi, ri, si = (a.ravel() for a in np.meshgrid(np.arange(len(Z)), np.arange(len(choices)),
                                                  np.arange(len(S)), indexing="ij"))
     dp3, tp3, pi3 = dp1[lay3], tp1[lay3], pi1[lay3]
-    ok = ((dp3[:, None] > 1) | (Z[zi] == Z.min())[None, :])  # one replica: ZeRO shards nothing
-    ok &= rc_ok[pi3][:, ri]
-    ok &= (tp3[:, None] > 1) | (si == 0)[None, :]  # SP off by itself at tp 1: keep one
-    r, combo = _pairs(ok)
-    n = len(r)
+    # the three masks are independent: count the candidates before building their cross
+    z_ok = (dp3[:, None] > 1) | (Z == Z.min())[None, :]  # one replica: ZeRO shards nothing
+    s_ok = (tp3[:, None] > 1) | (np.arange(len(S)) == 0)[None, :]  # SP off by itself at tp 1: keep one
+    n = int((z_ok.sum(1) * rc_ok.sum(1)[pi3] * s_ok.sum(1)).sum())
     if n > max_candidates:
-        raise InputError(
-            f"search: {n:,} candidates exceed max_candidates {max_candidates:,}; bound some knobs "
-            "(--tp, --pp, --micro-batch ...) or fewer GPU counts"
-        )
+        raise _too_many(max_candidates, n)
+    r, combo = _pairs_chunked(len(lay3), len(zi),
+                              lambda rows: z_ok[rows][:, zi] & rc_ok[pi3[rows]][:, ri] & s_ok[rows][:, si],
+                              max_candidates)
     lay = lay3[r]
     pi = pi1[lay]
     tp = tp1[lay]
