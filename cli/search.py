@@ -23,6 +23,7 @@ import io
 import json
 import math
 import re
+import sys
 import textwrap
 import click
 
@@ -334,10 +335,13 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
         return
     data: dict = {}
     if request_file:
-        from models.io import load_document, load_stream
+        from models.io import InputError, load_document, load_stream
 
         if request_file == "-":  # same size bound as a file, read without reading past it
-            data = dict(load_stream(click.get_binary_stream("stdin"), "request"))
+            stdin = getattr(sys.stdin, "buffer", None)
+            if stdin is None:
+                raise InputError("request: -: there is no standard input to read")
+            data = dict(load_stream(stdin, "request"))
         else:
             data = dict(load_document(request_file, "request"))
     from models.io import InputError, short_repr
