@@ -312,6 +312,10 @@ def format_csv(res) -> str:
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True, help="output format")
 @click.option("--schema", type=click.Choice(["request", "result"]), default=None,
               help="print the JSON Schema of the request or the result and exit")
+@click.option("--framework", type=click.Choice(["megatron", "deepspeed", "torchtitan", "nemo"]), default=None,
+              help="only plans this framework can run (planner/frameworks.py)")
+@click.option("--emit", is_flag=True, default=False,
+              help="with --framework: print the recommended plan's launch configuration (in JSON: 'launch')")
 @click.option("--plot", "plot_file", default=None, type=click.Path(dir_okay=False),
               help="also draw the front (GPUs against days and dollars) to this .png/.svg/.pdf "
               "(pip install 'plan-search[plot]')")
@@ -320,7 +324,7 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
          deadline_days, budget_usd, max_power_kw, memory_headroom, max_comm_ratio, tp, pp, cp, vpp, micro_batch,
          zero, recompute, recompute_layers, sequence_parallel, allow_cross_node_tp, max_cp, max_vpp,
          max_micro_batch, bf16_grads, no_overlap_tp_comm, precision, objective, solver,
-         time_limit, workers, seed, sets, fmt, schema, plot_file=None) -> None:
+         time_limit, workers, seed, sets, fmt, schema, framework=None, emit=False, plot_file=None) -> None:
     """Search parallel plans (tp, pp, dp, cp, vpp, micro-batch, ZeRO, recomputation, SP) and GPU
     counts for the Pareto front of GPU count, training days and dollars, under memory,
     communication, deadline, budget and power limits; recommend one plan.
@@ -357,7 +361,10 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
     if gpu_ref:
         data["gpu"] = [g.strip() for g in gpu_ref.split(",") if g.strip()]
     if gpus:
-        data.update({k: v for k, v in parse_gpus(gpus).items() if v is not None})
+        parsed = parse_gpus(gpus)
+        if "gpus" not in parsed:  # a range replaces a request file's explicit list
+            data.pop("gpus", None)
+        data.update({k: v for k, v in parsed.items() if v is not None})
     for key, val in (("max_gpus", max_gpus), ("min_gpus", min_gpus), ("max_nodes", max_nodes),
                      ("seq_len", seq_len), ("workers", workers), ("seed", seed)):
         if val is not None:
@@ -375,7 +382,10 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
             if not math.isfinite(val):
                 raise click.BadParameter(f"{val} is not a number", param_hint=f"--{key.replace('_', '-')}")
             data[key] = val
-    for key, val in (("precision", precision), ("objective", objective), ("solver", solver)):
+    if emit and not (framework or data.get("framework")):
+        raise click.UsageError("--emit needs --framework megatron|deepspeed|torchtitan|nemo")
+    for key, val in (("precision", precision), ("objective", objective), ("solver", solver),
+                     ("framework", framework)):
         if val is not None:
             data[key] = val
     for key, val in (("tp", tp), ("pp", pp), ("cp", cp), ("vpp", vpp), ("micro_batch", micro_batch),
@@ -412,12 +422,33 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
     except NoFeasiblePlan as exc:
         raise Infeasible(str(exc)) from None
     f = fmt.lower()
+    launch = None
+    if emit:
+        from models.resolve import resolve_model
+        from planner.emit import emit as emit_config
+
+        from hardware.resolve import resolve_cluster
+
+        rec = result.recommended
+        ref = next((g for g in request.gpu if resolve_cluster(g, request.sets).name == rec.cluster), request.gpu[0])
+        launch = emit_config(request.framework, rec.plan, resolve_model(request.model),
+                             resolve_cluster(ref, request.sets))
     if f == "json":
-        click.echo(result.model_dump_json(indent=2))
+        if launch is not None:
+            doc = json.loads(result.model_dump_json())
+            doc["launch"] = launch.as_json()
+            click.echo(json.dumps(doc, indent=2))
+        else:
+            click.echo(result.model_dump_json(indent=2))
     elif f == "csv":
         click.echo(format_csv(result))
     else:
         click.echo(format_table(result))
+    if launch is not None and f != "json":
+        click.echo(f"\n{request.framework} launch configuration of the recommended plan:")
+        click.echo(launch.text)
+        for n in launch.notes:
+            click.echo(f"  note: {n}")
     if plot_file:
         from planner.plots import plot_front
 

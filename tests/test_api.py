@@ -172,7 +172,7 @@ def test_no_feasible_plan_is_an_exception_with_the_figures():
 
 # ------------------------------------------------------------------ plan-search over JSON
 #: Every plan-search option and the request field(s) it sets. Output-only options excluded.
-OUTPUT_ONLY = {"request_file", "fmt", "schema", "plot_file"}
+OUTPUT_ONLY = {"request_file", "fmt", "schema", "plot_file", "emit"}
 BASE = {"model": "llama2-7b", "gpu": ["h100-sxm"]}
 CLI_TO_REQUEST = {
     "model_ref": (["--model", "llama2-13b"], {"model": "llama2-13b"}),
@@ -210,6 +210,7 @@ CLI_TO_REQUEST = {
     "time_limit": (["--time-limit", "30"], {"time_limit_s": 30}),
     "workers": (["--workers", "2"], {"workers": 2}),
     "seed": (["--seed", "3"], {"seed": 3}),
+    "framework": (["--framework", "megatron"], {"framework": "megatron"}),
     "sets": (["--set", "price_per_gpu_hour_usd=2", "--set", "gpu.hbm_bandwidth_gbps=3000"],
              {"sets": ["price_per_gpu_hour_usd=2", "gpu.hbm_bandwidth_gbps=3000"]}),
 }
@@ -259,8 +260,6 @@ def test_cli_options_override_the_request_file(monkeypatch, tmp_path):
     assert req.max_gpus == 32 and req.knobs.tp == [4] and req.knobs.zero == [1] and req.sets == ["a=1", "b=2"]
 
 
-@pytest.mark.xfail(strict=True, reason="a --gpus range on the command line keeps the file's gpus list, which "
-                   "then wins over the range (reported)")
 def test_cli_gpus_range_replaces_the_request_files_list(monkeypatch, tmp_path):
     f = tmp_path / "req.json"
     f.write_text(json.dumps({"model": "llama2-7b", "gpu": ["h100-sxm"], "gpus": [8]}))

@@ -47,3 +47,37 @@ def test_framework_that_runs_nothing_says_so():
     with pytest.raises(NoFeasiblePlan):
         search(dict(model="gpt3-175b", gpu=["a100"], gpus=[256], framework="deepspeed",
                     knobs=dict(vpp=[2], pp=[8])))
+
+
+def test_cli_framework_emit_prints_the_recommended_plans_config():
+    import json
+
+    from click.testing import CliRunner
+
+    from cli.search import main
+
+    r = CliRunner().invoke(main, ["--model", "llama3.1-70b", "--gpu", "h100", "--gpus", "64,128",
+                                  "--framework", "megatron", "--emit", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["request"]["framework"] == "megatron"
+    args = doc["launch"]["text"].split()
+    plan = doc["recommended"]["plan"]
+    assert args[args.index("--tensor-model-parallel-size") + 1] == str(plan["tp"])
+    assert args[args.index("--global-batch-size") + 1] == str(plan["global_batch"])
+    bad = CliRunner().invoke(main, ["--model", "llama3.1-70b", "--gpu", "h100", "--gpus", "64", "--emit"])
+    assert bad.exit_code == 2
+
+
+def test_cli_gpus_range_replaces_a_request_files_list(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from cli.search import main
+
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({"model": "llama3.1-8b", "gpu": ["h100-sxm"], "gpus": [8]}))
+    r = CliRunner().invoke(main, ["--request", str(f), "--gpus", "16..32", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert sorted({p["num_gpus"] for p in json.loads(r.output)["front"]}) == [16, 24, 32]
