@@ -17,7 +17,7 @@ import textwrap
 
 import click
 
-from cli.common import Infeasible, guarded
+from cli.common import OneLineCommand, Infeasible, guarded
 
 WIDTH = 80
 MAX_STDIN_BYTES = 4 * 1024 * 1024
@@ -143,7 +143,7 @@ def format_table(res) -> str:
 SCHEMAS = ("pool", "jobs", "result")
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.command(cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--pool", "pool_file", default=None, help="free GPUs by type, YAML/JSON ('-' for stdin)")
 @click.option("--jobs", "jobs_file", default=None, help="the jobs, YAML/JSON ('-' for stdin)")
 @click.option("--objective", type=click.Choice(["weighted-completion", "cost", "makespan"]),

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import click
 
-from cli.common import Infeasible, guarded
+from cli.common import OneLineCommand, Infeasible, guarded
 
 TABLE_WIDTH = 80
 LABEL = 18  # width of the label column of the summary lines
@@ -279,7 +279,7 @@ def _bool_flag(name: str, help_text: str):
                         help=help_text)
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.command(cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--model", "model_ref", required=True, help="catalog model name/alias or model file (HF config.json or YAML)")
 @click.option("--gpu", "gpu_ref", required=True, help="catalog system name/alias or cluster YAML (base: + overrides)")
 @click.option("--num-gpus", type=int, required=True, help="total GPUs (= tp*pp*dp*cp)")

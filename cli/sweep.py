@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from cli.common import EXIT_INFEASIBLE, guarded
+from cli.common import OneLineCommand, EXIT_INFEASIBLE, guarded
 
 EXIT_INTERRUPTED = 130
 
@@ -84,7 +84,7 @@ def format_summary(df, axes) -> str:
     return "\n".join(lines)
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.command(cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.argument("sweep_file", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
               help="the table: .csv or .parquet [default: SWEEP_FILE with the format's suffix]")

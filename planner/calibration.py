@@ -19,6 +19,7 @@ space; deterministic).
 from __future__ import annotations
 
 import csv
+import io
 import math
 import re
 from dataclasses import dataclass, field
@@ -127,6 +128,28 @@ def _num(v: str) -> float | None:
         return float(v)
     except ValueError:
         return None
+
+
+#: Columns of the runs layout that hold numbers (empty = not printed by the source).
+NUMERIC_COLUMNS = ("params_b", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "num_gpus",
+                   "tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch", "measured_tflops_per_gpu",
+                   "measured_mfu", "measured_tokens_per_s_per_gpu", "measured_step_time_s", "measured_memory_gb")
+
+
+def _check_numbers(row: dict, i: int) -> None:
+    """Every numeric cell is empty or a finite, non-negative number below 1e15: else one line
+    naming the row (1 = the first data row) and the column."""
+    for col in NUMERIC_COLUMNS:
+        v = (row.get(col) or "").strip()
+        if not v:
+            continue
+        try:
+            f = float(v)
+        except ValueError:
+            f = None
+        if f is None or not math.isfinite(f) or f < 0 or f >= 1e15:
+            raise InputError(f"runs: row {i + 1}: {col}: {v[:40]!r} is not a finite non-negative number; "
+                             "leave the cell empty where the source printed nothing")
 
 
 def _int(v: str) -> int | None:
@@ -300,13 +323,14 @@ def load_runs(path: str | Path | None = None, gpu: str | None = None) -> list[Ru
         if not p.is_file():
             raise InputError(f"runs: file {str(p)!r} not found")
         text = p.read_text(encoding="utf-8")
-    rows = list(csv.DictReader(text.splitlines()))
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
     required = {"source", "model", "gpu", "num_gpus", "global_batch", "seq_len"}
     if rows and not required <= set(rows[0]):
         missing = ", ".join(sorted(required - set(rows[0])))
         raise InputError(f"runs: the CSV lacks the column(s) {missing} (layout of published_runs.csv)")
     records = []
     for i, row in enumerate(rows):
+        _check_numbers(row, i)
         try:
             g = _gpu_for(row)
         except InputError:
