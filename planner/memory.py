@@ -5,7 +5,7 @@
   weights + Adam momentum + variance 12 B. Stage 0 ``(2+g+12) psi``; stage 1 ``(2+g) psi + 12 psi/d``
   (Megatron's distributed optimizer with fp32 grads: ``6 psi + 12 psi/d``); stage 2
   ``2 psi + (g+12) psi/d``; stage 3 ``(2+g+12) psi/d`` plus a gather buffer for the layers in
-  flight (two layers: the one computing and the one prefetched).
+  flight (two layers: the one computing and the one prefetched; one in a one-layer stage).
 - Activations per layer and micro-batch (Korthikanti et al. 2022, Table 2, generalised to GQA
   and gated MLPs, bytes per token): the region replicated over tensor-parallel ranks unless
   sequence parallelism splits it — two norm inputs ``4h``, the two norm outputs feeding QKV and
@@ -141,7 +141,10 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     else:
         edge = 4.0 * T * model.vocab_size / x.tp  # fp32 logits / cross-entropy buffer
     activations = chunks * per_chunk + working + edge
-    gather = np.where((x.zero >= 3) & (x.dp > 1), 2.0 * 2.0 * counting.mean_layer_params(model) / x.tp, 0.0)
+    # the layers in flight: the one computing and the one prefetched -- but no more than the
+    # stage has (a one-layer stage has nothing to prefetch)
+    in_flight = np.minimum(layers, 2)
+    gather = np.where((x.zero >= 3) & (x.dp > 1), in_flight * 2.0 * counting.mean_layer_params(model) / x.tp, 0.0)
     overhead = eff.framework_overhead_gib * GIB + eff.fragmentation * activations
     total = states["weights"] + states["gradients"] + states["optimizer"] + activations + gather + overhead
     return {
