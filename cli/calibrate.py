@@ -195,7 +195,10 @@ def main(runs: Path, gpu_ref: str, output: Path, sets: tuple[str, ...], iters: i
         header.append(f"# Starting point: cluster file {Path(gpu_ref).name}.")
     header += [f"# --set {s}" for s in sets]
     text = "\n".join(header) + "\n" + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
-    output.write_text(text, encoding="utf-8")
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"output: cannot write {str(output)!r} ({exc.strerror or type(exc).__name__})") from None
 
     # Check the file reads back as the cluster just fitted (so --gpu FILE means what we printed).
     from hardware.resolve import load_cluster_file

@@ -50,6 +50,10 @@ class _OneLine:
         except click.exceptions.Abort:
             click.echo("error: aborted", err=True)
             sys.exit(1)
+        except (ValueError, OSError) as exc:  # raised while converting an option (the body is guarded):
+            # click.Path stats a name with a NUL byte and gets ValueError("embedded null byte")
+            click.echo(f"error: command line: {one_line(exc)}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
         sys.exit(rv if isinstance(rv, int) else EXIT_OK)
 
 

@@ -26,7 +26,7 @@ _COMMON = dict(
     print_blob=True,
 )
 
-settings.register_profile("ci", max_examples=200, deadline=timedelta(seconds=10), derandomize=True, **_COMMON)
+settings.register_profile("ci", max_examples=500, deadline=timedelta(seconds=10), derandomize=True, **_COMMON)
 settings.register_profile("dev", max_examples=20, deadline=None, derandomize=True, **_COMMON)
 settings.register_profile("fuzz", max_examples=2000, deadline=None, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

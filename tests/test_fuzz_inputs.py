@@ -80,7 +80,7 @@ INTERNAL = ("Traceback", "object has no attribute", "unsupported operand", "zero
             "index out of", "out of bounds", "Python int too large", "NoneType", "not subscriptable",
             "invalid literal", "division by zero", "unhashable", "takes no", "positional argument",
             "not iterable", "not callable", "maximum recursion", "Unable to allocate", "cannot convert",
-            "RuntimeWarning", "overflow encountered", "invalid value encountered")
+            "RuntimeWarning", "overflow encountered", "invalid value encountered", "codec can't", "[Errno")
 
 
 def tally(name: str) -> None:
@@ -96,7 +96,7 @@ def run(cmd, args, input=None, seconds: float = 60.0):
         return CliRunner().invoke(cmd, [str(a) for a in args], input=input, catch_exceptions=True)
 
 
-def check_cli(r, codes=(0, 2, 3), progress: str | None = None) -> str:
+def check_cli(r, codes=(0, 2, 3), progress: str | tuple[str, ...] | None = None) -> str:
     """The exit-code and stderr contract; returns the one error line (or '')."""
     out, err = r.stdout, r.stderr
     assert not isinstance(r.exception, Hang), r.exception
@@ -639,6 +639,8 @@ ESTIMATE_OPTIONS = {
     "--format": mostly(["table", "json"], ["yaml"]),
     "--no-flash-attention": None, "--no-sequence-parallel": None, "--bf16-grads": None, "--overlap-tp-comm": None,
     "--no-overlap-grad-reduce": None, "--no-overlap-param-gather": None,
+    "--framework": mostly(["megatron", "deepspeed", "torchtitan", "nemo"], ["x", "MEGATRON", ""]),
+    "--emit": None,
 }
 
 
@@ -664,6 +666,16 @@ def test_plan_estimate_options(tiny_file, data):
         assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
         return
     check_cli(r)
+
+
+@pytest.mark.parametrize("name", ["front.png", "front.svg", "front.pdf", "front.txt", "", ".", "no/such/dir/f.png",
+                                  "f.png/", "\x00.png"])
+def test_plan_search_plot_paths(work, tiny_file, name):
+    """--plot (planner/plots.py): a drawing or one error line, before or after the search."""
+    target = str(work / name) if name not in ("", "\x00.png") else name
+    r = run(search_cli, ["--model", tiny_file, "--gpus", "8,16", "--global-batch", "16", "--time-limit", "5",
+                         "--plot", target])
+    check_cli(r, progress="wrote ")
 
 
 @pytest.mark.xfail(reason="cli/estimate.py does not use cli.common.OneLineCommand yet (not this change's file)",
@@ -780,16 +792,24 @@ def test_calibrate_runs_bad_numbers_name_the_column(work, cells):
 
 
 def test_plan_calibrate_paths(work):
-    """runs file missing / a directory / binary / the output file itself."""
+    """runs file missing / a directory / the output file itself / a directory / unwritable."""
     runs = DATA / "runs" / "small-runs.csv"
-    binary = write(work, b"\xff\xfe\x00\x01" * 100, ".csv")
     for args in ([work / "missing.csv", "--gpu", "a100", "-o", work / "o.yaml"],
                  [work, "--gpu", "a100", "-o", work / "o.yaml"],
-                 [binary, "--gpu", "a100", "-o", work / "o.yaml"],
                  [runs, "--gpu", "a100", "-o", runs],
                  [runs, "--gpu", "a100", "-o", work],
-                 [runs, "--gpu", "a100", "-o", work / "no" / "such" / "dir.yaml"]):
-        check_cli(run(calibrate_cli, [*args, "--iters", "1"]), codes=(2,), progress="plan-calibrate:")
+                 [runs, "--gpu", "a100", "-o", work / "calibrate-missing-dir" / "x.yaml"]):
+        line = check_cli(run(calibrate_cli, [*args, "--iters", "1"]), codes=(2,), progress="plan-calibrate:")
+        assert any(w in line for w in ("runs", "RUNS", "output", "-o")), line
+
+
+@pytest.mark.xfail(reason="planner/calibration.py load_runs: a non-UTF-8 file raises UnicodeDecodeError, "
+                          "shown without the file or field (reported)", strict=False)
+def test_plan_calibrate_binary_runs_file(work):
+    binary = write(work, b"\xff\xfe\x00\x01" * 100, ".csv")
+    line = check_cli(run(calibrate_cli, [binary, "--gpu", "a100", "-o", work / "o.yaml", "--iters", "1"]),
+                     codes=(2,), progress="plan-calibrate:")
+    assert "runs" in line and "codec" not in line, line
 
 
 # ------------------------------------------------------------------ JSON search requests
@@ -858,7 +878,7 @@ def test_search_request_api(doc):
     res = api_call(search, req, model=TINY, allowed=(InputError, NoFeasiblePlan))
     if isinstance(res, (InputError, NoFeasiblePlan)):
         return
-    assert res.front and res.recommended.feasible
+    assert res.recommended.feasible and (res.front or not res.stats.proven_optimal)  # cut short: maybe no point
     for fp in res.front:
         for v in (fp.days, fp.cost_usd, fp.step_time_s, fp.memory_gib, fp.energy_kwh):
             assert math.isfinite(v) and v > 0, fp
@@ -928,3 +948,204 @@ def test_load_document_special_files(work):
     for p in ("/dev/null", "/dev/zero", str(work), "/proc/self/mem", "/nonexistent"):
         exc = api_call(load_document, p, seconds=5)
         assert isinstance(exc, (InputError, dict)), (p, exc)
+
+
+# ------------------------------------------------------------------ plan-sweep and plan-allocate files
+from cli.allocate import main as allocate_cli  # noqa: E402
+from cli.sweep import main as sweep_cli  # noqa: E402
+
+
+def _no_internal_messages(frame_path: Path) -> None:
+    """A sweep's per-scenario 'message' column holds input/infeasibility messages, never an
+    internal error dressed up as a scenario error."""
+    import csv
+
+    if not frame_path.is_file():
+        return
+    with frame_path.open(newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            msg = row.get("message") or ""
+            for phrase in INTERNAL:
+                assert phrase not in msg, (phrase, msg)
+
+
+def _axis(good: list, bad: list) -> st.SearchStrategy:
+    """An axis' values: good ones, with a bad one among them a fifth of the time."""
+    vals = st.lists(st.sampled_from(good), min_size=1, max_size=3, unique_by=repr)
+    return mostly(vals, st.tuples(vals, st.sampled_from(bad)).map(lambda t: [*t[0], t[1]]), 20)
+
+
+SWEEP_AXES = {
+    "gpus": _axis([8, 16, [8, 16]], [0, -8, "x", 10**9]),
+    "gpu": _axis(["a100", "h100", ["a100", "h100"]], ["nope", 3, ""]),
+    "global_batch": _axis([8, 16, 32], [0, 7.5]),
+    "tokens": _axis([1e9, "300B", "1.5T"], ["x", -1, 0]),
+    "seq_len": _axis([256, 512], [0, 10**9]),
+    "node.inter_node_gbps": _axis([12.5, 25, 50], [0, 1e-300, "x"]),
+    "gpu.memory_gib": _axis([16, 80], [-1]),
+    "knobs.zero": _axis([0, 1, 3, [0, 3]], [7]),
+    "knobs.tp": _axis([1, 2, [1, 2]], [0]),
+    "memory_headroom": _axis([0, 0.1], [1.5]),
+    "objective": _axis(["fastest", "cheapest"], ["x"]),
+    "model": _axis(["TINY"], ["nope"]),
+}
+
+
+@st.composite
+def sweep_docs(draw, tiny: str) -> dict:
+    base = {"model": tiny, "gpu": "a100", "gpus": [8, 16], "global_batch": [16], "tokens": 1e9, "time_limit_s": 5}
+    doc = {"base": draw(mostly(st.just(base), mutated(base, REQUEST_FIELDS, {"knobs": KNOB_FIELDS},
+                                                        REQUEST_PLAUSIBLE).map(_safe_request), 30))}
+    axes = draw(st.lists(st.sampled_from(sorted(SWEEP_AXES)), max_size=3, unique=True))
+    doc["sweep"] = {a: [tiny if v == "TINY" else v for v in draw(SWEEP_AXES[a])] for a in axes}
+    if draw(st.integers(0, 9)) == 0:
+        doc["sweep"][draw(keys)] = draw(json_like)
+    doc["combine"] = draw(mostly(["product", "product", "zip"], st.one_of(scalars, json_like), 10))
+    if draw(st.integers(0, 9)) == 0:
+        doc[draw(keys)] = draw(scalars)
+    return doc
+
+
+@budget(0.3)
+@given(data=st.data(), fmt=st.sampled_from(["yaml", "json"]))
+def test_sweep_file(work, tiny_file, data, fmt):
+    doc = data.draw(sweep_docs(str(tiny_file)))
+    src = write(work, dump(doc, fmt), "." + fmt)
+    out = work / f"sweep{next(_counter)}.csv"
+    r = run(sweep_cli, [src, "-o", out, "--workers", "1", "-q"], seconds=120)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith("  scenario ")]
+    assert "Traceback" not in r.stdout + r.stderr and (r.exception is None or isinstance(r.exception, SystemExit)), \
+        repr(r.exception)
+    assert r.exit_code in (0, 2, 3), (r.exit_code, r.stderr[-2000:])
+    tally(f"exit {r.exit_code}")
+    if r.exit_code == 2:
+        assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+        for phrase in INTERNAL:
+            assert phrase not in lines[0], (phrase, lines[0])
+    _no_internal_messages(out)
+
+
+@budget(0.3)
+@given(raw=raw_documents)
+def test_sweep_file_bytes(work, raw):
+    r = run(sweep_cli, [write(work, raw, ".yaml"), "-o", work / f"s{next(_counter)}.csv", "--workers", "1", "-q"])
+    check_cli(r, codes=(2,))
+
+
+POOL = {"free": {"a100-80gb": 16}}
+
+
+@st.composite
+def allocate_docs(draw, tiny: str):
+    pool = draw(mostly(st.sampled_from([POOL, {"free": {"a100-80gb": {"nodes": 2}}},
+                                        {"free": {"a100-80gb": 8, "h100-sxm": {"gpus": 16, "nodes": 2}}}]), st.one_of(
+        st.builds(lambda k, v: {"free": {k: v}}, st.sampled_from(["a100-80gb", "h100", "nope", "", "x.yaml"]),
+                  st.one_of(scalars, st.fixed_dictionaries({"gpus": scalars}), st.fixed_dictionaries({"nodes": scalars}),
+                            st.sampled_from([0, 8, 10**7, {"nodes": 10**6}, {"gpus": 8, "nodes": 1}]))),
+        mutated(POOL, ["free"], {"free": ["a100-80gb", "h100-sxm"]}),
+        json_like), 20))
+    job = {"name": "a", "model": tiny, "tokens": "1B", "search": {"time_limit_s": 5}}
+    jobs = draw(st.lists(mostly(st.just(job), mutated(job, ["name", "model", "tokens", "deadline_days", "weight",
+                                                             "priority", "gpu", "global_batch", "seq_len", "max_gpus",
+                                                             "min_gpus", "search"],
+                                                       {"search": ["time_limit_s", "knobs", "sets", "precision",
+                                                                   "memory_headroom", "budget_usd", "gpus"]}), 25),
+                         min_size=1, max_size=3))
+    for i, j in enumerate(jobs):  # distinct names, unless a mutation chose one
+        if isinstance(j, dict) and j.get("name") == "a":
+            j["name"] = f"job{i}"
+        if isinstance(j, dict) and isinstance(j.get("search"), dict):
+            j["search"].setdefault("time_limit_s", 5)
+    return pool, draw(mostly(st.just({"jobs": jobs}), st.one_of(json_like, st.just(jobs), st.just({"jobs": []})), 10))
+
+
+@budget(0.3)
+@given(data=st.data(), stdin=st.sampled_from([None, "pool", "jobs"]),
+       extra=mostly([[], ["--objective", "cost"], ["--objective", "makespan"], ["--allow-unscheduled"],
+                     ["--format", "json"]],
+                    [["--objective", "x"], ["--time-limit", "0"], ["--time-limit", "nan"], ["--schema", "x"]], 15))
+def test_allocate_files(work, tiny_file, data, stdin, extra):
+    pool, jobs = data.draw(allocate_docs(str(tiny_file)))
+    args, text = [], None
+    for name, doc in (("pool", pool), ("jobs", jobs)):
+        if stdin == name:
+            args += [f"--{name}", "-"]
+            text = dump(doc, "json")
+        else:
+            args += [f"--{name}", write(work, dump(doc, "yaml"), ".yaml")]
+    r = run(allocate_cli, [*args, "--time-limit", "5", *extra], input=text, seconds=120)
+    check_cli(r)
+
+
+@budget(0.2)
+@given(raw=raw_documents, which=st.sampled_from(["pool", "jobs"]))
+def test_allocate_file_bytes(work, tiny_file, raw, which):
+    good = {"pool": write(work, dump(POOL, "yaml")),
+            "jobs": write(work, dump({"jobs": [{"name": "a", "model": str(tiny_file), "tokens": "1B"}]}, "yaml"))}
+    good[which] = write(work, raw, ".yaml")
+    check_cli(run(allocate_cli, ["--pool", good["pool"], "--jobs", good["jobs"], "--time-limit", "5"]), codes=(2,))
+
+
+# ------------------------------------------------------------------ paths and extremes
+def test_cluster_and_request_paths_without_surprises(work, tiny_file, monkeypatch):
+    """--gpu FILE and --request FILE: symlinks followed, '~' expanded, directories, dangling or
+    looping links, FIFOs and missing files refused with one line (no hang on a FIFO)."""
+    d = work / "cpaths"
+    d.mkdir()
+    (d / "c.yaml").write_text(yaml.safe_dump(PARTIAL))
+    (d / "link.yaml").symlink_to(d / "c.yaml")
+    (d / "dangling.yaml").symlink_to(d / "gone.yaml")
+    (d / "loop.yaml").symlink_to(d / "loop.yaml")
+    (d / "dir.yaml").mkdir()
+    os.mkfifo(d / "fifo.yaml")
+    (d / "req.json").write_text(json.dumps({"model": str(tiny_file), "gpu": ["~/c.yaml"], "gpus": [8],
+                                            "global_batch": [16], "time_limit_s": 5}))
+    monkeypatch.setenv("HOME", str(d))
+    assert resolve_cluster(str(d / "link.yaml")).node.inter_node_gbps == 12.5
+    assert resolve_cluster("~/c.yaml").name == "lab"
+    for bad in ("dangling.yaml", "loop.yaml", "dir.yaml", "fifo.yaml", "missing.yaml"):
+        exc = api_call(resolve_cluster, str(d / bad), seconds=5)
+        assert isinstance(exc, InputError), (bad, exc)
+        check_cli(run(search_cli, ["--request", d / bad], seconds=5), codes=(2,))
+    check_cli(run(search_cli, ["--request", "~/req.json"]), codes=(0,))
+    check_cli(run(search_cli, ["--request", d]), codes=(2,))
+
+
+def _big_model_file(work: Path, name: str, **dims) -> Path:
+    p = work / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(dims))
+    return p
+
+
+def test_ten_trillion_parameter_model_on_a_million_gpus_cli(work):
+    """`plan-search --model ten-t.yaml --gpus 1048576`: a result with finite figures (the
+    objective's integer scaling is ordinal, nothing overflows)."""
+    p = _big_model_file(work, "ten-t", num_layers=256, hidden_size=57344, num_heads=448, num_kv_heads=64,
+                        ffn_hidden_size=229376, vocab_size=256000, seq_len=8192, global_batch=16384,
+                        activation="swiglu", position="rotary", norm="rmsnorm", bias=False, dropout=False)
+    r = run(search_cli, ["--model", p, "--gpu", "h100", "--gpus", "1048576", "--format", "json", "--tp", "8",
+                         "--time-limit", "30"])
+    check_cli(r, codes=(0,))
+    doc = json.loads(r.stdout)
+    assert 9e12 < doc["inputs"]["params"] < 2e13 and doc["stats"]["proven_optimal"]
+    for fp in doc["front"]:
+        assert fp["num_gpus"] == 1048576
+        for k in ("days", "cost_usd", "step_time_s", "energy_kwh", "memory_gib"):
+            assert isinstance(fp[k], float) and math.isfinite(fp[k]) and fp[k] > 0, (k, fp[k])
+
+
+def test_largest_valid_model_is_answered_in_bounded_time(work):
+    """Every dimension at its bound (220,000T parameters, 10,000 layers): at a million GPUs and
+    over the default range, one 'infeasible:' line within the time limit plus a few seconds
+    (the default range stops at max_candidates, and says so)."""
+    p = _big_model_file(work, "biggest", num_layers=10_000, hidden_size=1_000_000, num_heads=100_000,
+                        num_kv_heads=1000, ffn_hidden_size=10_000_000, vocab_size=100_000_000, seq_len=100_000_000,
+                        global_batch=100_000_000)
+    import time
+
+    for extra in (["--gpus", "1048576"], ["--time-limit", "2"]):
+        t = time.perf_counter()
+        r = run(search_cli, ["--model", p, "--gpu", "h100", *extra], seconds=60)
+        line = check_cli(r, codes=(3,))
+        assert time.perf_counter() - t < 30, extra
+        tally(line[:40])
