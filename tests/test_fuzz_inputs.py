@@ -853,8 +853,9 @@ def test_search_request_api(doc):
         return
     assert res.recommended.feasible and (res.front or not res.stats.proven_optimal)  # cut short: maybe no point
     for fp in res.front:
-        for v in (fp.days, fp.cost_usd, fp.step_time_s, fp.memory_gib, fp.energy_kwh):
+        for v in (fp.days, fp.step_time_s, fp.memory_gib, fp.energy_kwh):
             assert math.isfinite(v) and v > 0, fp
+        assert math.isfinite(fp.cost_usd) and fp.cost_usd >= 0, fp  # a price of 0 is allowed
 
 
 @budget(0.5)
@@ -983,6 +984,10 @@ def sweep_docs(draw, tiny: str) -> dict:
 @given(data=st.data(), fmt=st.sampled_from(["yaml", "json"]))
 def test_sweep_file(work, tiny_file, data, fmt):
     doc = data.draw(sweep_docs(str(tiny_file)))
+    base = doc.get("base")
+    if isinstance(base, dict) and base.get("knobs") is not None and not isinstance(base["knobs"], dict):
+        tally("skipped: known planner/sweep.py bug (base knobs not a mapping)")  # test_sweep_base_knobs_...
+        return
     src = write(work, dump(doc, fmt), "." + fmt)
     out = work / f"sweep{next(_counter)}.csv"
     r = run(sweep_cli, [src, "-o", out, "--workers", "1", "-q"], seconds=120)
@@ -996,6 +1001,15 @@ def test_sweep_file(work, tiny_file, data, fmt):
         for phrase in INTERNAL:
             assert phrase not in lines[0], (phrase, lines[0])
     _no_internal_messages(out)
+
+
+@pytest.mark.xfail(reason="planner/sweep.py build_sweep: dict(base knobs) of a non-mapping is a TypeError "
+                          "(reported)", strict=False)
+@pytest.mark.parametrize("knobs", ["-1", "[1]", "x"])
+def test_sweep_base_knobs_not_a_mapping(work, knobs):
+    src = write(work, f"base: {{model: gpt3, gpus: [8], knobs: {knobs}}}\nsweep: {{}}\n")
+    line = check_cli(run(sweep_cli, [src, "-o", work / f"s{next(_counter)}.csv", "--workers", "1", "-q"]), codes=(2,))
+    assert "knobs" in line, line
 
 
 @budget(0.3)
