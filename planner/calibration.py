@@ -322,7 +322,10 @@ def load_runs(path: str | Path | None = None, gpu: str | None = None) -> list[Ru
         p = Path(path)
         if not p.is_file():
             raise InputError(f"runs: file {str(p)!r} not found")
-        text = p.read_text(encoding="utf-8")
+        try:
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise InputError(f"runs: {p.name} is not UTF-8 text (a CSV in the layout of published_runs.csv)") from None
     rows = list(csv.DictReader(io.StringIO(text, newline="")))
     required = {"source", "model", "gpu", "num_gpus", "global_batch", "seq_len"}
     if rows and not required <= set(rows[0]):

@@ -115,8 +115,12 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
     psi = np.maximum(memory.stage_params(model, x, "first"), memory.stage_params(model, x, "last"))
     layers_slow = np.where(is_last, x.last, np.where(is_mid, x.mid, x.first))
     dp = comm.dp_step_s(psi, x, cluster)
-    fwd_mb = layers_slow * lt["compute_fwd_s"]
-    bwd_mb = layers_slow * lt["compute_bwd_s"]
+    # Overlap window: the compute of the stage with the most layers (whose gradients are the
+    # largest and whose reduction ends the step), not of the slowest stage (which can be a
+    # short last stage made slow by the logits: a window that would shrink as HBM got faster).
+    layers_most = np.maximum(np.maximum(x.first, x.last), np.where(x.pp > 2, x.mid, 0))
+    fwd_mb = layers_most * lt["compute_fwd_s"]
+    bwd_mb = layers_most * lt["compute_bwd_s"]
     z = x.zero
     grad_per_mb = z >= 2
     param_per_mb = z >= 3
