@@ -234,7 +234,11 @@ def build_sweep(doc: dict, where: str = "sweep") -> Sweep:
     seen: dict[str, int] = {}
     for i, combo in enumerate(combos):
         data = json.loads(json.dumps(base))
-        knobs = dict(data.pop("knobs", None) or {})
+        raw_knobs = data.pop("knobs", None) or {}
+        if not isinstance(raw_knobs, dict):
+            raise InputError(f"base.knobs: expected a mapping of knob bounds, e.g. {{zero: [1, 3]}} "
+                             f"(got {type(raw_knobs).__name__})")
+        knobs = dict(raw_knobs)
         params = {}
         for a, v in zip(axes, combo):
             _apply(data, knobs, a, v)
