@@ -776,8 +776,6 @@ def test_plan_calibrate_paths(work):
         assert any(w in line for w in ("runs", "RUNS", "output", "-o")), line
 
 
-@pytest.mark.xfail(reason="planner/calibration.py load_runs: a non-UTF-8 file raises UnicodeDecodeError, "
-                          "shown without the file or field (reported)", strict=False)
 def test_plan_calibrate_binary_runs_file(work):
     binary = write(work, b"\xff\xfe\x00\x01" * 100, ".csv")
     line = check_cli(run(calibrate_cli, [binary, "--gpu", "a100", "-o", work / "o.yaml", "--iters", "1"]),
