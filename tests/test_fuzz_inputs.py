@@ -982,10 +982,6 @@ def sweep_docs(draw, tiny: str) -> dict:
 @given(data=st.data(), fmt=st.sampled_from(["yaml", "json"]))
 def test_sweep_file(work, tiny_file, data, fmt):
     doc = data.draw(sweep_docs(str(tiny_file)))
-    base = doc.get("base")
-    if isinstance(base, dict) and base.get("knobs") is not None and not isinstance(base["knobs"], dict):
-        tally("skipped: known planner/sweep.py bug (base knobs not a mapping)")  # test_sweep_base_knobs_...
-        return
     src = write(work, dump(doc, fmt), "." + fmt)
     out = work / f"sweep{next(_counter)}.csv"
     r = run(sweep_cli, [src, "-o", out, "--workers", "1", "-q"], seconds=120)
@@ -1001,10 +997,9 @@ def test_sweep_file(work, tiny_file, data, fmt):
     _no_internal_messages(out)
 
 
-@pytest.mark.xfail(reason="planner/sweep.py build_sweep: dict(base knobs) of a non-mapping is a TypeError "
-                          "(reported)", strict=False)
 @pytest.mark.parametrize("knobs", ["-1", "[1]", "x"])
 def test_sweep_base_knobs_not_a_mapping(work, knobs):
+    """Fixed in ff838e8: a TypeError traceback (-1, [1]) or dict()'s own message (x)."""
     src = write(work, f"base: {{model: gpt3, gpus: [8], knobs: {knobs}}}\nsweep: {{}}\n")
     line = check_cli(run(sweep_cli, [src, "-o", work / f"s{next(_counter)}.csv", "--workers", "1", "-q"]), codes=(2,))
     assert "knobs" in line, line
