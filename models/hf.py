@@ -54,7 +54,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .io import InputError, short_repr, validation_message
-from .spec import ModelSpec
+from .spec import MAX_LAYERS, ModelSpec
 
 # Families whose MLP is gated (gate, up, down projections).
 GATED_FAMILIES = frozenset(
@@ -114,7 +114,7 @@ def _as_int(value: Any, key: str, where: str) -> int:
             raise InputError(f"{where}: {key} must be a positive integer (got {short_repr(value)})")
         value = int(value)
     if value <= 0:
-        raise InputError(f"{where}: {key} must be a positive integer (got {value})")
+        raise InputError(f"{where}: {key} must be a positive integer (got {short_repr(value)})")
     return value
 
 
@@ -173,7 +173,8 @@ def _sparse_layers(cfg: dict[str, Any], family: str, num_layers: int, where: str
         only = cfg.get("mlp_only_layers") or []
         if not isinstance(only, list) or not all(isinstance(i, int) for i in only):
             raise InputError(f"{where}: mlp_only_layers must be a list of layer indices (got {short_repr(only)})")
-        return [i for i in range(num_layers) if i not in only and (i + 1) % step == 0]
+        skip = set(only)  # a set: the list can be as long as the document
+        return [i for i in range(num_layers) if i not in skip and (i + 1) % step == 0]
     return list(range(num_layers))  # Mixtral-style: every layer
 
 
@@ -245,6 +246,9 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
         )
 
     layers = _int(cfg, ("num_hidden_layers", "n_layer", "num_layers", "n_layers"), where, what="number of layers")
+    if layers > MAX_LAYERS:  # before the MoE layer pattern walks them
+        key, _ = _get(cfg, ("num_hidden_layers", "n_layer", "num_layers", "n_layers"))
+        raise InputError(f"{where}: {key}: {short_repr(layers)} layers; at most {MAX_LAYERS:,}")
     hidden = _int(cfg, ("hidden_size", "n_embd", "d_model", "n_embed"), where, what="hidden size")
     heads = _int(cfg, ("num_attention_heads", "n_head", "num_heads"), where, what="attention heads")
     vocab = _int(cfg, ("vocab_size", "padded_vocab_size"), where, what="vocabulary size")

@@ -27,6 +27,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 GATED_ACTIVATIONS = ("swiglu", "geglu")
+#: The largest ``num_layers`` (also what bounds per-layer work done before validation, e.g. the
+#: MoE layer pattern of a HuggingFace config).
+MAX_LAYERS = 10_000
 
 
 class ModelSpec(BaseModel):
@@ -35,7 +38,7 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(min_length=1, description="catalog name or a label for the model")
-    num_layers: int = Field(gt=0, le=10_000, description="transformer blocks (l)")
+    num_layers: int = Field(gt=0, le=MAX_LAYERS, description="transformer blocks (l)")
     hidden_size: int = Field(gt=0, le=1_000_000, description="residual width (h)")
     num_heads: int = Field(gt=0, le=100_000, description="query heads (a)")
     num_kv_heads: int | None = Field(

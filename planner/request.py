@@ -42,18 +42,20 @@ MAX_GPUS = 10_000_000
 #: product of degrees overflows the space's int64 columns.
 KNOB_LIMITS = {"tp": 100_000, "pp": 100_000, "cp": 100_000, "vpp": 10_000, "micro_batch": 1_000_000,
                "recompute_layers": 10_000}
-#: Longest value list of a knob or of ``gpus``/``global_batch``.
+#: Longest value list of ``gpus``; of a knob or ``global_batch`` (each value of those multiplies
+#: the space's construction: a few hundred are already more than any search needs).
 MAX_LIST = 100_000
+MAX_KNOB_LIST = 1024
 
 
-def _positive_unique(values, name, limit=None):
+def _positive_unique(values, name, limit=None, max_len=MAX_LIST):
     if values is None:
         return None
     vals = list(values)
     if not vals:
         raise ValueError(f"{name}: empty list; leave it out for the default domain")
-    if len(vals) > MAX_LIST:
-        raise ValueError(f"{name}: {len(vals)} values; at most {MAX_LIST:,}")
+    if len(vals) > max_len:
+        raise ValueError(f"{name}: {len(vals)} values; at most {max_len:,}")
     if any(int(v) != v or v <= 0 for v in vals):
         raise ValueError(f"{name}: values must be positive integers (got {vals[:8]})")
     if limit is not None and max(vals) > limit:
@@ -100,7 +102,7 @@ class Knobs(_Doc):
     @field_validator("tp", "pp", "cp", "vpp", "micro_batch", "recompute_layers")
     @classmethod
     def _ints(cls, v, info):
-        return _positive_unique(v, info.field_name, KNOB_LIMITS[info.field_name])
+        return _positive_unique(v, info.field_name, KNOB_LIMITS[info.field_name], MAX_KNOB_LIST)
 
     @field_validator("zero")
     @classmethod
@@ -185,7 +187,9 @@ class SearchRequest(_Doc):
     @field_validator("gpus", "global_batch")
     @classmethod
     def _lists(cls, v, info):
-        return _positive_unique(v, info.field_name, MAX_GPUS if info.field_name == "gpus" else 100_000_000)
+        if info.field_name == "gpus":
+            return _positive_unique(v, "gpus", MAX_GPUS)
+        return _positive_unique(v, info.field_name, 100_000_000, MAX_KNOB_LIST)
 
     @model_validator(mode="after")
     def _bounds(self):

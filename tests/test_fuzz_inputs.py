@@ -405,6 +405,8 @@ HF_PLAUSIBLE = {
 @example(doc={"model_type": "llama", "text_config": [1]})
 @example(doc={**HF, "rope_scaling": {"original_max_position_embeddings": -1}})
 @example(doc={**HF, "mlp_only_layers": [True], "decoder_sparse_step": 1, "num_experts": 4, "num_experts_per_tok": 1})
+@example(doc={**HF_MOE, "num_hidden_layers": 1e300})  # walked range(layers) for the MoE pattern: a hang
+@example(doc={**HF_MOE, "mlp_only_layers": list(range(200_000))})  # list membership per layer: quadratic
 def test_hf_config(work, doc):
     spec = api_call(from_hf_config, doc, "fuzz")
     if isinstance(spec, ModelSpec):
