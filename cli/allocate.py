@@ -17,7 +17,7 @@ import textwrap
 
 import click
 
-from cli.common import OneLineCommand, Infeasible, guarded
+from cli.common import guarded, Infeasible, OneLineCommand, short_days, short_money
 
 WIDTH = 80
 MAX_STDIN_BYTES = 4 * 1024 * 1024
@@ -55,20 +55,6 @@ def _wrap(text: str, indent: str = "  ", first: str = "") -> list[str]:
                          break_on_hyphens=False) or [""]
 
 
-def _money(x: float) -> str:
-    if x >= 1e9:
-        return f"{x / 1e9:.2f}B"
-    if x >= 1e6:
-        return f"{x / 1e6:.2f}M"
-    if x >= 1e4:
-        return f"{x / 1e3:.0f}k"
-    return f"{x:,.0f}"
-
-
-def _days(x: float) -> str:
-    return f"{x:,.0f}" if x >= 1000 else (f"{x:.1f}" if x >= 10 else f"{x:.2f}")
-
-
 def _cut(s: str, n: int) -> str:
     return s if len(s) <= n else s[: n - 1] + "~"
 
@@ -97,8 +83,8 @@ def format_table(res) -> str:
     lines += _wrap("all scheduled jobs run concurrently from now, each on its own GPUs", first="")
     lines.append("")
     head = ["job", "weight", "gpu", "GPUs", "nodes", "days", "deadline", "$"]
-    rows = [[_cut(a.job, 20), f"{a.weight:g}", _cut(a.gpu, 12), str(a.num_gpus), str(a.nodes), _days(a.days),
-             "-" if a.deadline_days is None else f"{a.deadline_days:g}", _money(a.cost_usd)]
+    rows = [[_cut(a.job, 20), f"{a.weight:g}", _cut(a.gpu, 12), str(a.num_gpus), str(a.nodes), short_days(a.days),
+             "-" if a.deadline_days is None else f"{a.deadline_days:g}", short_money(a.cost_usd)]
             for a in res.assignments]
     if rows:
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]

@@ -22,6 +22,22 @@ class Infeasible(Exception):
     """Raised by commands when the request is valid but nothing satisfies it (exit code 3)."""
 
 
+def short_money(x: float) -> str:
+    """Dollars in a table cell: 8,860 / 26k / 1.62M / 3.10B."""
+    if x >= 1e9:
+        return f"{x / 1e9:.2f}B"
+    if x >= 1e6:
+        return f"{x / 1e6:.2f}M"
+    if x >= 1e4:
+        return f"{x / 1e3:.0f}k"
+    return f"{x:,.0f}"
+
+
+def short_days(x: float) -> str:
+    """Days in a table cell, three significant figures or whole days."""
+    return f"{x:,.0f}" if x >= 1000 else (f"{x:.1f}" if x >= 10 else f"{x:.2f}")
+
+
 def one_line(exc: BaseException) -> str:
     """The user-facing one-line form of an error."""
     if isinstance(exc, ValidationError):

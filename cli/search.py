@@ -27,7 +27,7 @@ import sys
 import textwrap
 import click
 
-from cli.common import Infeasible, OneLineCommand, guarded
+from cli.common import guarded, Infeasible, OneLineCommand, short_days, short_money
 
 WIDTH = 80
 FORMATS = click.Choice(["table", "json", "csv"], case_sensitive=False)
@@ -128,20 +128,6 @@ def _rc(p) -> str:
     return {"none": "none", "selective": "sel", "full": "full"}[p.recompute]
 
 
-def _money(x: float) -> str:
-    if x >= 1e9:
-        return f"{x / 1e9:.2f}B"
-    if x >= 1e6:
-        return f"{x / 1e6:.2f}M"
-    if x >= 1e4:
-        return f"{x / 1e3:.0f}k"
-    return f"{x:,.0f}"
-
-
-def _days(x: float) -> str:
-    return f"{x:,.0f}" if x >= 1000 else (f"{x:.1f}" if x >= 10 else f"{x:.2f}")
-
-
 def _tokens(x: float) -> str:
     for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
         if x >= div:
@@ -178,7 +164,7 @@ def format_table(res) -> str:
         row = [str(fp.num_gpus)] + ([fp.gpu] if multi else []) + [
             str(p.tp), str(p.pp), str(p.dp), str(p.cp), str(p.vpp), str(p.micro_batch), str(p.zero), _rc(p),
             f"{fp.step_time_s:.2f}" if fp.step_time_s < 100 else f"{fp.step_time_s:.0f}",
-            f"{100 * fp.mfu:.1f}", f"{fp.memory_gib:.1f}", _days(fp.days), _money(fp.cost_usd),
+            f"{100 * fp.mfu:.1f}", f"{fp.memory_gib:.1f}", short_days(fp.days), short_money(fp.cost_usd),
             f"{fp.scaling_efficiency:.2f}", "".join(b[0] for b in fp.binding) or "-",
         ]
         rows.append(row)

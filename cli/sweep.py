@@ -14,23 +14,9 @@ from pathlib import Path
 
 import click
 
-from cli.common import OneLineCommand, EXIT_INFEASIBLE, guarded
+from cli.common import EXIT_INFEASIBLE, guarded, OneLineCommand, short_days, short_money
 
 EXIT_INTERRUPTED = 130
-
-
-def _money(x: float) -> str:
-    if x >= 1e9:
-        return f"{x / 1e9:.2f}B"
-    if x >= 1e6:
-        return f"{x / 1e6:.2f}M"
-    if x >= 1e4:
-        return f"{x / 1e3:.0f}k"
-    return f"{x:,.0f}"
-
-
-def _days(x: float) -> str:
-    return f"{x:,.0f}" if x >= 1000 else (f"{x:.1f}" if x >= 10 else f"{x:.2f}")
 
 
 def _cell(v) -> str:
@@ -58,8 +44,8 @@ def format_summary(df, axes) -> str:
         if rc == "full" and _cell(r["recompute_layers"]) != "-":
             rc = f"f{r['recompute_layers']}"
         cells += [str(r["num_gpus"]), str(r["system"]), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["cp"]),
-                  str(r["vpp"]), str(r["micro_batch"]), str(r["zero"]), rc, _days(float(r["days"])),
-                  _money(float(r["cost_usd"])), f"{100 * float(r['mfu']):.1f}", str(r["bottleneck"])]
+                  str(r["vpp"]), str(r["micro_batch"]), str(r["zero"]), rc, short_days(float(r["days"])),
+                  short_money(float(r["cost_usd"])), f"{100 * float(r['mfu']):.1f}", str(r["bottleneck"])]
         rows.append(cells)
     n = len(head)
     # an infeasible scenario's row is its parameters and a status: only those cells count for widths
