@@ -19,13 +19,12 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hardware.catalog import get_cluster  # noqa: E402
-from hardware.spec import EfficiencySpec  # noqa: E402
-from planner.arrays import PlanArrays  # noqa: E402
-from planner.calibration import error_summary, fit_efficiency, load_runs, predict  # noqa: E402
-from planner.evaluate import evaluate  # noqa: E402
+from plan_search.hardware.catalog import get_cluster  # noqa: E402
+from plan_search.hardware.spec import EfficiencySpec  # noqa: E402
+from plan_search.planner.costmodel.arrays import PlanArrays  # noqa: E402
+from plan_search.planner.calibration import error_summary, fit_efficiency, load_runs, predict  # noqa: E402
+from plan_search.planner.costmodel.evaluate import evaluate  # noqa: E402
 
 
 

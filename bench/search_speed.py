@@ -24,10 +24,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from planner.request import NoFeasiblePlan, SearchRequest  # noqa: E402
-from planner.search import search  # noqa: E402
+from plan_search.planner.search.request import NoFeasiblePlan, SearchRequest  # noqa: E402
+from plan_search.planner.search.front import search  # noqa: E402
 
 MAIN = dict(model="gpt3-175b", gpu=["a100-80gb"], max_gpus=16384)
 CLI_ARGS = ["--model", "gpt3-175b", "--gpu", "a100", "--max-gpus", "16384", "--format", "json"]
@@ -76,8 +75,8 @@ def header(title: str) -> None:
 def published(runs_path: str | None = None) -> None:
     """Best plan the search finds at each published run's GPU count, batch and sequence length,
     against the published plan (as the calibration reads it), both priced by the cost model."""
-    from hardware.catalog import get_cluster
-    from planner.calibration import load_runs, predict
+    from plan_search.hardware.catalog import get_cluster
+    from plan_search.planner.calibration import load_runs, predict
 
     print("\npublished runs: the published plan vs the best plan found at its GPU count/batch/seq")
     print(f"{'run':<34} {'published plan':<24} {'step s':>7} {'found plan':<24} {'step s':>7} ok")

@@ -17,14 +17,14 @@ import textwrap
 
 import click
 
-from cli.common import guarded, Infeasible, OneLineCommand, short_days, short_money
+from plan_search.cli.common import guarded, Infeasible, OneLineCommand, short_days, short_money
 
 WIDTH = 80
 MAX_STDIN_BYTES = 4 * 1024 * 1024
 
 
 def _read(path: str, what: str) -> dict:
-    from models.io import InputError, load_document, parse_document
+    from plan_search.models.io import InputError, load_document, parse_document
 
     if path == "-":
         raw = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1) if hasattr(sys.stdin, "buffer") else \
@@ -42,7 +42,7 @@ def _read(path: str, what: str) -> dict:
 def _validate(cls, data: dict, what: str):
     from pydantic import ValidationError
 
-    from models.io import InputError, validation_message
+    from plan_search.models.io import InputError, validation_message
 
     try:
         return cls.model_validate(data)
@@ -152,7 +152,7 @@ def main(pool_file, jobs_file, objective, allow_unscheduled, time_limit, fmt, sc
     """
     import math
 
-    from planner.allocate import AllocationInfeasible, AllocationResult, Jobs, Pool, allocate
+    from plan_search.planner.allocate import AllocationInfeasible, AllocationResult, Jobs, Pool, allocate
 
     if schema:
         doc = {"pool": Pool, "jobs": Jobs, "result": AllocationResult}[schema].model_json_schema()

@@ -23,8 +23,8 @@ from typing import Any, Sequence
 import click
 import yaml
 
-from cli.common import OneLineCommand, guarded
-from hardware.resolve import deep_merge
+from plan_search.cli.common import OneLineCommand, guarded
+from plan_search.hardware.resolve import deep_merge
 
 TABLE_WIDTH = 80
 LABEL_WIDTH = 26
@@ -58,9 +58,9 @@ def _g(x: float) -> str:
 
 def _resolve_gpu(ref: str, sets: Sequence[str]):
     """(catalog name whose rows to fit, starting cluster, the file's document or None)."""
-    from hardware.catalog import canonical_name, get_cluster
-    from hardware.resolve import FILE_SUFFIXES, resolve_cluster
-    from models.io import InputError, load_document
+    from plan_search.hardware.catalog import canonical_name, get_cluster
+    from plan_search.hardware.resolve import FILE_SUFFIXES, resolve_cluster
+    from plan_search.models.io import InputError, load_document
 
     ref = (ref or "").strip()
     cluster = resolve_cluster(ref, sets)  # every error of --gpu / --set, one line
@@ -81,7 +81,7 @@ def _resolve_gpu(ref: str, sets: Sequence[str]):
 def _nested_overrides(sets: Sequence[str]) -> dict[str, Any]:
     """``gpu.peak_tflops.bf16=290`` -> ``{"gpu": {"peak_tflops": {"bf16": 290}}}`` (efficiency.* left out:
     the written efficiency section is complete)."""
-    from hardware.overrides import parse_set
+    from plan_search.hardware.overrides import parse_set
 
     out: dict[str, Any] = {}
     for item in sets:
@@ -118,7 +118,7 @@ def _row_table(before, after) -> list[str]:
 
 
 def _summary(before, after) -> list[str]:
-    from planner.calibration import error_summary
+    from plan_search.planner.calibration import error_summary
 
     sb, sa = error_summary(before), error_summary(after)
     return [
@@ -154,8 +154,8 @@ def _term_changes(old, new) -> list[str]:
 def main(runs: Path, gpu_ref: str, output: Path, sets: tuple[str, ...], iters: int) -> None:
     """Fit the efficiency terms of a system to measured runs (CSV in the layout of
     planner/published_runs.csv) and write a cluster YAML usable as --gpu."""
-    from models.io import InputError
-    from planner.calibration import fit_efficiency, load_runs, predict
+    from plan_search.models.io import InputError
+    from plan_search.planner.calibration import fit_efficiency, load_runs, predict
 
     base_name, cluster, doc = _resolve_gpu(gpu_ref, sets)
     if output.resolve() == runs.resolve():
@@ -201,7 +201,7 @@ def main(runs: Path, gpu_ref: str, output: Path, sets: tuple[str, ...], iters: i
         raise InputError(f"output: cannot write {str(output)!r} ({exc.strerror or type(exc).__name__})") from None
 
     # Check the file reads back as the cluster just fitted (so --gpu FILE means what we printed).
-    from hardware.resolve import load_cluster_file
+    from plan_search.hardware.resolve import load_cluster_file
 
     back = load_cluster_file(output)
     if back.efficiency != fitted:  # pragma: no cover - a resolver/format mismatch, not user input

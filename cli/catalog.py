@@ -12,8 +12,8 @@ from typing import Any, Sequence
 import click
 import yaml
 
-from cli.common import OneLineGroup, guarded
-from models.io import InputError
+from plan_search.cli.common import OneLineGroup, guarded
+from plan_search.models.io import InputError
 
 FORMATS = click.Choice(["table", "json"], case_sensitive=False)
 SOURCE_WIDTH = 60
@@ -58,7 +58,7 @@ def _echo_json(data: Any) -> None:
 
 
 def _model_record(name: str, m) -> dict[str, Any]:
-    from models.counting import active_params, total_params
+    from plan_search.models.counting import active_params, total_params
 
     total = total_params(m)
     active = active_params(m) if m.is_moe else total
@@ -124,7 +124,7 @@ def main() -> None:
 @guarded
 def models_cmd(fmt: str) -> None:
     """List the catalog models: parameters (B; active for MoE), shape, source."""
-    from models.catalog import load_catalog as load_models
+    from plan_search.models.catalog import load_catalog as load_models
 
     records = [_model_record(name, m) for name, m in load_models().items()]
     if fmt.lower() == "json":
@@ -153,7 +153,7 @@ def models_cmd(fmt: str) -> None:
 @guarded
 def gpus_cmd(fmt: str) -> None:
     """List the catalog systems: memory, HBM, dense bf16/fp8 peaks, links, price, source."""
-    from hardware.catalog import load_catalog as load_systems
+    from plan_search.hardware.catalog import load_catalog as load_systems
 
     records = [_gpu_record(name, c) for name, c in load_systems().items()]
     if fmt.lower() == "json":
@@ -189,8 +189,8 @@ def gpus_cmd(fmt: str) -> None:
 @guarded
 def show_cmd(name: str, kind: str, fmt: str) -> None:
     """Print one catalog model or system in full (usable as an input file)."""
-    from hardware.catalog import canonical_name, closest_names, get_cluster
-    from models.catalog import get_model, lookup, suggestions
+    from plan_search.hardware.catalog import canonical_name, closest_names, get_cluster
+    from plan_search.models.catalog import get_model, lookup, suggestions
 
     gpu_hit = canonical_name(name) if kind in ("auto", "gpu") else None
     model_hit = lookup(name) if kind in ("auto", "model") else None

@@ -11,7 +11,7 @@ import sys
 import click
 from pydantic import ValidationError
 
-from models.io import validation_message
+from plan_search.models.io import validation_message
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2

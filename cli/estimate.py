@@ -17,7 +17,7 @@ from typing import Sequence
 
 import click
 
-from cli.common import OneLineCommand, Infeasible, guarded
+from plan_search.cli.common import OneLineCommand, Infeasible, guarded
 
 TABLE_WIDTH = 80
 LABEL = 18  # width of the label column of the summary lines
@@ -27,7 +27,7 @@ FRAMEWORK_NAMES = ["megatron", "deepspeed", "torchtitan", "nemo"]  # planner.fra
 
 def _plan_default(name: str):
     """The Plan model's own default, so the CLI and the API never disagree."""
-    from planner.plan import Plan
+    from plan_search.planner.costmodel.plan import Plan
 
     return Plan.model_fields[name].default
 
@@ -258,9 +258,9 @@ def format_launch(launch) -> str:
 
 def _launch(framework: str | None, emit: bool, plan, model, cluster):
     """Refuse a plan the framework cannot run (InputError naming the rule); the launch config with --emit."""
-    from models.io import InputError
-    from planner import emit as emitters
-    from planner import frameworks
+    from plan_search.models.io import InputError
+    from plan_search.planner.frameworks import emit as emitters
+    from plan_search.planner.frameworks import rules as frameworks
 
     if emit and framework is None:
         raise InputError("emit: --emit needs --framework megatron|deepspeed|torchtitan|nemo")
@@ -337,12 +337,12 @@ def main(model_ref: str, gpu_ref: str, num_gpus: int, tp: int, pp: int, dp: int 
     printed but the rule); with --emit the launch configuration follows the estimate (it is printed
     for a plan that does not fit too, with exit 3).
     """
-    from hardware.overrides import apply_overrides, describe_overrides
-    from hardware.resolve import resolve_cluster
-    from models.io import InputError
-    from models.resolve import resolve_model
-    from planner.estimate import estimate
-    from planner.plan import Plan
+    from plan_search.hardware.overrides import apply_overrides, describe_overrides
+    from plan_search.hardware.resolve import resolve_cluster
+    from plan_search.models.io import InputError
+    from plan_search.models.resolve import resolve_model
+    from plan_search.planner.costmodel.estimate import estimate
+    from plan_search.planner.costmodel.plan import Plan
 
     if not (math.isfinite(checkpoint_interval_h) and checkpoint_interval_h > 0):
         raise InputError(f"checkpoint_interval_h: {checkpoint_interval_h} must be a positive number of hours")

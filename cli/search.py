@@ -27,7 +27,7 @@ import sys
 import textwrap
 import click
 
-from cli.common import guarded, Infeasible, OneLineCommand, short_days, short_money
+from plan_search.cli.common import guarded, Infeasible, OneLineCommand, short_days, short_money
 
 WIDTH = 80
 FORMATS = click.Choice(["table", "json", "csv"], case_sensitive=False)
@@ -317,7 +317,7 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
 
     Exit 0 with a result, 2 on bad input, 3 when nothing is feasible.
     """
-    from planner.request import Knobs, NoFeasiblePlan, SearchRequest, SearchResult
+    from plan_search.planner.search.request import Knobs, NoFeasiblePlan, SearchRequest, SearchResult
 
     if schema:
         doc = (SearchRequest if schema == "request" else SearchResult).model_json_schema()
@@ -325,7 +325,7 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
         return
     data: dict = {}
     if request_file:
-        from models.io import InputError, load_document, load_stream
+        from plan_search.models.io import InputError, load_document, load_stream
 
         if request_file == "-":  # same size bound as a file, read without reading past it
             stdin = getattr(sys.stdin, "buffer", None)
@@ -334,7 +334,7 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
             data = dict(load_stream(stdin, "request"))
         else:
             data = dict(load_document(request_file, "request"))
-    from models.io import InputError, short_repr
+    from plan_search.models.io import InputError, short_repr
 
     for key, kind, what in (("knobs", dict, "a mapping of knob bounds"), ("sets", list, "a list of KEY=VALUE strings")):
         if data.get(key) is not None and not isinstance(data[key], kind):  # merged with the options below
@@ -397,10 +397,10 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
         data["sets"] = list(data.get("sets") or []) + list(sets)
     request = SearchRequest(**data)
 
-    from planner.search import search
+    from plan_search.planner.search.front import search
 
     if plot_file:  # fail before searching when matplotlib is missing
-        from planner.plots import require_matplotlib
+        from plan_search.planner.plots import require_matplotlib
 
         require_matplotlib()
     try:
@@ -410,10 +410,10 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
     f = fmt.lower()
     launch = None
     if emit:
-        from models.resolve import resolve_model
-        from planner.emit import emit as emit_config
+        from plan_search.models.resolve import resolve_model
+        from plan_search.planner.frameworks.emit import emit as emit_config
 
-        from hardware.resolve import resolve_cluster
+        from plan_search.hardware.resolve import resolve_cluster
 
         rec = result.recommended
         ref = next((g for g in request.gpu if resolve_cluster(g, request.sets).name == rec.cluster), request.gpu[0])
@@ -436,7 +436,7 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
         for n in launch.notes:
             click.echo(f"  note: {n}")
     if plot_file:
-        from planner.plots import plot_front
+        from plan_search.planner.plots import plot_front
 
         plot_front(result, plot_file)
         click.echo(f"wrote {plot_file}", err=True)

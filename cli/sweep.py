@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from cli.common import EXIT_INFEASIBLE, guarded, OneLineCommand, short_days, short_money
+from plan_search.cli.common import EXIT_INFEASIBLE, guarded, OneLineCommand, short_days, short_money
 
 EXIT_INTERRUPTED = 130
 
@@ -102,7 +102,7 @@ def main(sweep_file, output, fmt, executor, workers, ray_address, plot_file, plo
     Resumable: rerun with the same output and finished scenarios are skipped. Exit 0 with a
     table, 2 on bad input, 3 when no scenario is feasible, 130 when interrupted.
     """
-    from planner.sweep import WorkerLost, load_sweep, output_format, require_parquet, run_sweep
+    from plan_search.planner.sweep import WorkerLost, load_sweep, output_format, require_parquet, run_sweep
 
     sweep = load_sweep(sweep_file)
     if list_only:
@@ -116,7 +116,7 @@ def main(sweep_file, output, fmt, executor, workers, ray_address, plot_file, plo
     if f == "parquet":
         require_parquet()
     if plot_file:  # fail before running, not after
-        from planner.plots import require_matplotlib
+        from plan_search.planner.plots import require_matplotlib
 
         require_matplotlib()
         if plot_x is not None and plot_x not in sweep.axes:
@@ -144,7 +144,7 @@ def main(sweep_file, output, fmt, executor, workers, ray_address, plot_file, plo
                    "command to resume", err=True)
         sys.exit(EXIT_INTERRUPTED)
     if plot_file:
-        from planner.plots import plot_sweep
+        from plan_search.planner.plots import plot_sweep
 
         plot_sweep(run.frame, plot_file, axes=sweep.axes, x=plot_x)
         click.echo(f"wrote {plot_file}")

@@ -16,8 +16,8 @@ from typing import Any, Mapping
 
 from pydantic import ValidationError
 
-from hardware.spec import ClusterSpec
-from models.io import InputError, parse_document, validation_message
+from plan_search.hardware.spec import ClusterSpec
+from plan_search.models.io import InputError, parse_document, validation_message
 
 CATALOG_RESOURCE = "catalog.yaml"
 
@@ -30,7 +30,7 @@ def _normalize(name: str) -> str:
 @functools.lru_cache(maxsize=1)
 def _raw_catalog() -> Mapping[str, Mapping[str, Any]]:
     """The catalog file as parsed YAML: name -> raw field mapping (read once)."""
-    text = resources.files("hardware").joinpath(CATALOG_RESOURCE).read_text(encoding="utf-8")
+    text = resources.files("plan_search.hardware").joinpath(CATALOG_RESOURCE).read_text(encoding="utf-8")
     data = parse_document(text, f"hardware catalog {CATALOG_RESOURCE}")
     out: dict[str, Mapping[str, Any]] = {}
     for name, fields in data.items():

@@ -18,8 +18,8 @@ from typing import Any, Sequence, get_args
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from hardware.spec import ClusterSpec, Precision
-from models.io import InputError, short_repr, validation_message
+from plan_search.hardware.spec import ClusterSpec, Precision
+from plan_search.models.io import InputError, short_repr, validation_message
 
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 MAX_SET_LENGTH = 1000

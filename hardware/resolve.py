@@ -24,10 +24,10 @@ from typing import Any, Sequence
 
 from pydantic import BaseModel, ValidationError
 
-from hardware.catalog import canonical_name, get_cluster
-from hardware.overrides import apply_overrides
-from hardware.spec import ClusterSpec
-from models.io import InputError, expand_path, field_name, load_document, validation_message
+from plan_search.hardware.catalog import canonical_name, get_cluster
+from plan_search.hardware.overrides import apply_overrides
+from plan_search.hardware.spec import ClusterSpec
+from plan_search.models.io import InputError, expand_path, field_name, load_document, validation_message
 
 FILE_SUFFIXES = (".yaml", ".yml", ".json")
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .io import InputError, parse_document, validation_message
-from .spec import ModelSpec
+from plan_search.models.io import InputError, parse_document, validation_message
+from plan_search.models.spec import ModelSpec
 
 CATALOG_RESOURCE = "catalog.yaml"
 DOCUMENT_SUFFIXES = (".yaml", ".yml", ".json")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from .spec import ModelSpec
+from plan_search.models.spec import ModelSpec
 
 Recompute = Literal["none", "selective", "full"]
 

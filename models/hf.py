@@ -53,8 +53,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .io import InputError, short_repr, validation_message
-from .spec import MAX_LAYERS, ModelSpec
+from plan_search.models.io import InputError, short_repr, validation_message
+from plan_search.models.spec import MAX_LAYERS, ModelSpec
 
 # Families whose MLP is gated (gate, up, down projections).
 GATED_FAMILIES = frozenset(

@@ -26,10 +26,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .catalog import DOCUMENT_SUFFIXES, get_model, lookup, raw_entry, suggestions
-from .hf import from_hf_config
-from .io import InputError, expand_path, field_name, load_document, short_repr, validation_message
-from .spec import ModelSpec
+from plan_search.models.catalog import DOCUMENT_SUFFIXES, get_model, lookup, raw_entry, suggestions
+from plan_search.models.hf import from_hf_config
+from plan_search.models.io import InputError, expand_path, field_name, load_document, short_repr, validation_message
+from plan_search.models.spec import ModelSpec
 
 HF_MARKERS = ("num_hidden_layers", "n_layer", "model_type", "architectures", "text_config")
 SPEC_FIELDS = tuple(ModelSpec.model_fields)

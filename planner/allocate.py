@@ -63,7 +63,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .plan import Plan
+from plan_search.planner.costmodel.plan import Plan
 
 Objective = Literal["weighted-completion", "cost", "makespan"]
 OBJECTIVES: tuple[str, ...] = ("weighted-completion", "cost", "makespan")
@@ -369,8 +369,8 @@ def _short(msg, n: int = 600) -> str:
 
 def resolve_pool(pool: Pool) -> dict[str, tuple[str, TypeCap]]:
     """Pool keys -> (the reference to pass to the search, its capacity), keyed by system name."""
-    from hardware.resolve import resolve_cluster
-    from models.io import InputError
+    from plan_search.hardware.resolve import resolve_cluster
+    from plan_search.models.io import InputError
 
     out: dict[str, tuple[str, TypeCap]] = {}
     for ref, cap in pool.free.items():
@@ -387,12 +387,12 @@ def job_options(job: Job, types: dict[str, tuple[str, TypeCap]], cache: dict | N
     the seconds spent searching and whether every search was proven optimal. ``cache`` maps a
     request's JSON to its result (or its NoFeasiblePlan), so equal searches run once."""
     cache = {} if cache is None else cache
-    from hardware.resolve import resolve_cluster
-    from models.io import InputError
-    from models.resolve import resolve_model
+    from plan_search.hardware.resolve import resolve_cluster
+    from plan_search.models.io import InputError
+    from plan_search.models.resolve import resolve_model
 
-    from .request import NoFeasiblePlan, SearchRequest
-    from .search import search
+    from plan_search.planner.search.request import NoFeasiblePlan, SearchRequest
+    from plan_search.planner.search.front import search
 
     spec = resolve_model(job.model)
     allowed: list[str] = []
@@ -437,7 +437,7 @@ def job_options(job: Job, types: dict[str, tuple[str, TypeCap]], cache: dict | N
         try:
             req = SearchRequest(**fields)
         except ValueError as exc:
-            from models.io import validation_message
+            from plan_search.models.io import validation_message
             from pydantic import ValidationError
 
             msg = validation_message(exc) if isinstance(exc, ValidationError) else str(exc)

@@ -20,62 +20,16 @@ from typing import Iterable
 
 import pandas as pd
 
-from .estimate import Estimate, RunEstimate
-from .request import SearchRequest, SearchResult
-
-#: Columns of :func:`front_dataframe`, in order (``plan-search --format csv``'s header plus
-#: the model, seq_len and front index).
-FRONT_COLUMNS = (
-    "model", "gpu", "num_gpus", "nodes", "tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch", "seq_len",
-    "grad_accum", "zero", "recompute", "recompute_layers", "sequence_parallel", "precision", "fp32_grads",
-    "overlap_tp_comm", "first_stage_layers", "last_stage_layers", "step_time_s", "tokens_per_s",
-    "tokens_per_s_per_gpu", "mfu", "memory_gib", "memory_usable_gib", "comm_ratio", "days", "gpu_hours",
-    "cost_usd", "energy_kwh", "power_kw", "scaling_efficiency", "bottleneck", "binding", "recommended",
-)
-
-_PLAN_KEYS = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch", "seq_len", "zero", "recompute",
-              "recompute_layers", "sequence_parallel", "precision", "fp32_grads", "overlap_tp_comm",
-              "first_stage_layers", "last_stage_layers")
-
+from plan_search.planner.costmodel.estimate import Estimate, RunEstimate
+from plan_search.planner.search.request import FRONT_COLUMNS, SearchRequest, SearchResult  # noqa: F401
 
 def front_dataframe(result: SearchResult) -> pd.DataFrame:
     """The front of ``result`` as a DataFrame: one row per front point, in the result's order
     (GPU count, then days), the plan knobs as columns, ``recommended`` True on the recommended
     point (none when the recommended plan is not on the front). An empty front gives an empty
     frame with the same columns."""
-    rows = []
-    for i, fp in enumerate(result.front):
-        d = fp.model_dump()
-        plan = d.pop("plan")
-        d.update({k: plan[k] for k in _PLAN_KEYS})
-        d["grad_accum"] = fp.grad_accum
-        d["binding"] = "+".join(fp.binding)
-        d["recommended"] = result.recommended_index == i
-        d["model"] = result.inputs.model
-        rows.append({k: d.get(k) for k in FRONT_COLUMNS})
+    rows = result.front_rows()
     return pd.DataFrame(rows, columns=list(FRONT_COLUMNS))
-
-
-def _estimate_row(e: Estimate) -> dict:
-    d = e.model_dump()
-    row = {"model": d["model"], "cluster": d["cluster"], "num_gpus": e.plan.num_gpus}
-    plan = d["plan"]
-    row.update({k: plan[k] for k in plan if k != "num_gpus"})
-    row["grad_accum"] = e.plan.grad_accum
-    for k in ("params", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu",
-              "hardware_tflops_per_gpu", "mfu", "hfu", "feasible", "bottleneck", "comm_ratio", "power_kw"):
-        row[k] = d[k]
-    row["reasons"] = "; ".join(d["reasons"])
-    for k, v in d["memory"].items():
-        row[f"memory_{k}"] = v
-    for k, v in d["time"].items():
-        row[f"time_{k}"] = v
-    run = d["run"] or {}
-    for k in RunEstimate.model_fields:
-        row[f"run_{k}"] = run.get(k)
-    for k, v in d["efficiency"].items():
-        row[f"eff_{k}"] = v
-    return row
 
 
 def estimate_dataframe(estimates: Estimate | Iterable[Estimate]) -> pd.DataFrame:
@@ -87,15 +41,9 @@ def estimate_dataframe(estimates: Estimate | Iterable[Estimate]) -> pd.DataFrame
     for e in items:
         if not isinstance(e, Estimate):
             raise TypeError(f"estimate_dataframe: expected Estimate objects, got {type(e).__name__}")
-    rows = [_estimate_row(e) for e in items]
+    rows = [e.flat_row() for e in items]
     columns = list(rows[0]) if rows else ["model", "cluster", "num_gpus"]
     return pd.DataFrame(rows, columns=columns)
-
-
-def _cell(v):
-    if isinstance(v, (list, tuple)):
-        return ",".join(str(x).lower() if isinstance(x, bool) else str(x) for x in v)
-    return v
 
 
 def request_dataframe(requests: SearchRequest | Iterable[SearchRequest]) -> pd.DataFrame:
@@ -109,10 +57,7 @@ def request_dataframe(requests: SearchRequest | Iterable[SearchRequest]) -> pd.D
             raise TypeError(f"request_dataframe: expected SearchRequest objects, got {type(r).__name__}")
     rows = []
     for r in items:
-        d = r.model_dump()
-        knobs = d.pop("knobs")
-        row = {k: _cell(v) for k, v in d.items()}
-        row.update({f"knobs_{k}": _cell(v) for k, v in knobs.items()})
+        row = r.flat_row()
         rows.append(row)
     columns = list(rows[0]) if rows else [k for k in SearchRequest.model_fields if k != "knobs"]
     return pd.DataFrame(rows, columns=columns)

@@ -30,16 +30,16 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from hardware.catalog import get_cluster
-from hardware.spec import ClusterSpec, EfficiencySpec
-from models import counting
-from models.catalog import get_model
-from models.io import InputError
-from models.spec import ModelSpec
+from plan_search.hardware.catalog import get_cluster
+from plan_search.hardware.spec import ClusterSpec, EfficiencySpec
+from plan_search.models import counting
+from plan_search.models.catalog import get_model
+from plan_search.models.io import InputError
+from plan_search.models.spec import ModelSpec
 
-from .arrays import PlanArrays
-from .evaluate import evaluate
-from .plan import Plan
+from plan_search.planner.costmodel.arrays import PlanArrays
+from plan_search.planner.costmodel.evaluate import evaluate
+from plan_search.planner.costmodel.plan import Plan
 
 # --------------------------------------------------------------------------- conventions
 # Megatron-LM of 2021: fp16 mixed precision, no FlashAttention (2022) nor sequence parallelism
@@ -317,7 +317,7 @@ def load_runs(path: str | Path | None = None, gpu: str | None = None) -> list[Ru
     not complete configurations. ``gpu`` keeps only rows of that catalog system.
     """
     if path is None:
-        text = resources.files("planner").joinpath("published_runs.csv").read_text(encoding="utf-8")
+        text = resources.files("plan_search.planner").joinpath("published_runs.csv").read_text(encoding="utf-8")
     else:
         p = Path(path)
         if not p.is_file():

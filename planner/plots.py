@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 from typing import Sequence
 
-from models.io import InputError
+from plan_search.models.io import InputError
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22")

@@ -56,9 +56,9 @@ from typing import Any, Callable, Iterable, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from models.io import InputError, load_document, validation_message
+from plan_search.models.io import InputError, load_document, validation_message
 
-from .request import Knobs, NoFeasiblePlan, SearchRequest
+from plan_search.planner.search.request import Knobs, NoFeasiblePlan, SearchRequest
 
 MAX_SCENARIOS = 100_000
 #: Request fields that hold lists: an axis value that is a scalar becomes a one-element list.
@@ -268,8 +268,8 @@ def build_sweep(doc: dict, where: str = "sweep") -> Sweep:
 
 
 def _check_resolvable(scenarios: list[Scenario], where: str) -> None:
-    from hardware.resolve import resolve_cluster
-    from models.resolve import resolve_model
+    from plan_search.hardware.resolve import resolve_cluster
+    from plan_search.models.resolve import resolve_model
 
     models: set[str] = set()
     systems: set[tuple] = set()
@@ -348,7 +348,7 @@ def run_scenario(index: int, request: dict) -> dict:
     ``infeasible`` and the reason; any other error is a row with status ``error``."""
     t0 = time.perf_counter()
     try:
-        from .search import search
+        from plan_search.planner.search.front import search
 
         result = search(SearchRequest.model_validate(request))
         rows = result_rows(result)

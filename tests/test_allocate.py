@@ -12,8 +12,8 @@ from itertools import product
 import pytest
 from click.testing import CliRunner
 
-from cli.allocate import main
-from planner.allocate import (
+from plan_search.cli.allocate import main
+from plan_search.planner.allocate import (
     DAYS_QUANTUM,
     OBJECTIVES,
     SCALE_BITS,
@@ -33,8 +33,8 @@ from planner.allocate import (
     solve,
     tiers_of,
 )
-from planner.request import SearchRequest
-from planner.search import search
+from plan_search.planner.search.request import SearchRequest
+from plan_search.planner.search.front import search
 
 # ------------------------------------------------------------------ the oracle
 
@@ -262,7 +262,7 @@ def test_nothing_feasible_raises():
 def test_equal_searches_run_once(monkeypatch):
     import sys
 
-    mod = sys.modules["planner.search"]
+    mod = sys.modules["plan_search.planner.search.front"]
     calls = []
     real = mod.search
 

@@ -17,11 +17,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-import planner
-from cli.search import main as search_main
-from planner.api import FRONT_COLUMNS, estimate_dataframe, front_dataframe, request_dataframe
-from planner.estimate import Estimate
-from planner.request import Knobs, NoFeasiblePlan, SearchRequest, SearchResult
+import plan_search as planner
+from plan_search.cli.search import main as search_main
+from plan_search.planner.api import FRONT_COLUMNS, estimate_dataframe, front_dataframe, request_dataframe
+from plan_search.planner.costmodel.estimate import Estimate
+from plan_search.planner.search.request import Knobs, NoFeasiblePlan, SearchRequest, SearchResult
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "api.md"
@@ -44,7 +44,7 @@ def two_systems() -> SearchResult:
 # ------------------------------------------------------------------ the Python API
 def test_public_api_names():
     assert {"search", "estimate", "Estimate", "Plan"} <= set(planner.__all__)
-    assert planner.search is sys.modules["planner.search"].search
+    assert planner.search is sys.modules["plan_search.planner.search.front"].search
 
 
 def test_search_takes_a_request_or_its_dict(result):
@@ -229,7 +229,7 @@ def _capture(monkeypatch, args) -> SearchRequest:
         raise NoFeasiblePlan("captured", reason="test")
 
     # the package attribute planner.search is the function; the module is in sys.modules
-    monkeypatch.setattr(sys.modules["planner.search"], "search", fake)
+    monkeypatch.setattr(sys.modules["plan_search.planner.search.front"], "search", fake)
     r = CliRunner().invoke(search_main, args)
     assert r.exit_code == 3 and seen, r.output
     return seen[0]

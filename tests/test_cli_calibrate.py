@@ -12,11 +12,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from cli.calibrate import main as calibrate
-from cli.estimate import main as estimate
-from hardware.catalog import get_cluster
-from hardware.resolve import resolve_cluster
-from planner.calibration import error_summary, load_runs, predict
+from plan_search.cli.calibrate import main as calibrate
+from plan_search.cli.estimate import main as estimate
+from plan_search.hardware.catalog import get_cluster
+from plan_search.hardware.resolve import resolve_cluster
+from plan_search.planner.calibration import error_summary, load_runs, predict
 
 DATA = Path(__file__).parent / "data"
 SMALL = DATA / "runs" / "small-runs.csv"  # 4 A100 rows (Narayanan Table 2, Korthikanti) + 1 H100 row

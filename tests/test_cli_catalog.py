@@ -8,12 +8,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from cli.catalog import main
-from hardware.catalog import load_catalog as load_systems
-from hardware.resolve import load_cluster_file
-from models.catalog import load_catalog as load_models
-from models.counting import total_params
-from models.spec import ModelSpec
+from plan_search.cli.catalog import main
+from plan_search.hardware.catalog import load_catalog as load_systems
+from plan_search.hardware.resolve import load_cluster_file
+from plan_search.models.catalog import load_catalog as load_models
+from plan_search.models.counting import total_params
+from plan_search.models.spec import ModelSpec
 
 
 @pytest.fixture

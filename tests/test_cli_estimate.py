@@ -7,7 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from cli.estimate import main
+from plan_search.cli.estimate import main
 
 GPT3_NARAYANAN = [
     "--model", "gpt3-175b", "--gpu", "a100", "--num-gpus", "1536", "--tp", "8", "--pp", "12",

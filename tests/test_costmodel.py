@@ -8,14 +8,15 @@ import math
 import numpy as np
 import pytest
 
-from hardware.catalog import get_cluster
-from hardware.overrides import apply_overrides
-from models.catalog import get_model
-from models.spec import ModelSpec
-from planner import comm, memory
-from planner.arrays import PlanArrays
-from planner.estimate import estimate
-from planner.plan import Plan
+from plan_search.hardware.catalog import get_cluster
+from plan_search.hardware.overrides import apply_overrides
+from plan_search.models.catalog import get_model
+from plan_search.models.spec import ModelSpec
+from plan_search.planner.costmodel import comm
+from plan_search.planner.costmodel import memory
+from plan_search.planner.costmodel.arrays import PlanArrays
+from plan_search.planner.costmodel.estimate import estimate
+from plan_search.planner.costmodel.plan import Plan
 
 GPT3 = get_model("megatron-gpt-175b")
 A100 = get_cluster("a100-80gb")
@@ -209,7 +210,7 @@ def test_memory_infeasible_plan_is_reported_with_memory_as_binding():
 
 
 def test_vectorised_and_single_plan_evaluations_agree():
-    from planner.evaluate import evaluate
+    from plan_search.planner.costmodel.evaluate import evaluate
 
     m = get_model("llama3.1-70b")
     plans = [Plan(**dict(p, seq_len=8192)) for p in PLANS]

@@ -29,14 +29,15 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from cli.estimate import main as estimate_main
-from hardware.resolve import resolve_cluster
-from models.catalog import get_model
-from models.io import InputError
-from planner import emit as E
-from planner import frameworks as F
-from planner.estimate import estimate
-from planner.plan import Plan
+from plan_search.cli.estimate import main as estimate_main
+from plan_search.hardware.resolve import resolve_cluster
+from plan_search.models.catalog import get_model
+from plan_search.models.io import InputError
+from plan_search.planner.frameworks import emit as E
+from plan_search.planner.frameworks import rules as F
+from plan_search.planner.costmodel.estimate import estimate
+from plan_search.planner.search.request import Knobs
+from plan_search.planner.costmodel.plan import Plan
 
 FW = F.FRAMEWORKS
 MODELS = ["llama2-70b", "gpt3-175b", "megatron-gpt-529.6b", "llama3.1-8b", "nemotron-3-8b", "gpt-neox-20b"]
@@ -315,11 +316,11 @@ def test_every_rule_names_its_source_and_version():
 
 
 def test_capabilities_narrow_the_knobs():
-    k = F.allowed("deepspeed").knobs()
+    k = F.allowed("deepspeed").knobs(Knobs())
     assert k.vpp == [1] and k.cp == [1] and k.recompute == ["none", "full"] and k.sequence_parallel == [False]
-    k = F.allowed("torchtitan").knobs()
+    k = F.allowed("torchtitan").knobs(Knobs())
     assert k.zero == [0, 3] and "selective" not in k.recompute
-    assert F.allowed("megatron").knobs().zero == [0, 1, 2, 3]
+    assert F.allowed("megatron").knobs(Knobs()).zero == [0, 1, 2, 3]
 
 
 # ------------------------------------------------------------------ kept argument lists

@@ -27,22 +27,22 @@ from hypothesis.errors import InvalidArgument
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from cli.calibrate import main as calibrate_cli
-from cli.catalog import main as catalog_cli
-from cli.estimate import main as estimate_cli
-from cli.search import main as search_cli
-from hardware.catalog import catalog_names, get_cluster
-from hardware.overrides import MAX_SET_LENGTH, apply_overrides, valid_keys
-from hardware.resolve import resolve_cluster
-from hardware.spec import ClusterSpec
-from models.hf import from_hf_config
-from models.io import MAX_DOCUMENT_BYTES, InputError, load_document, parse_document
-from models.resolve import resolve_model
-from models.spec import ModelSpec
-from planner.estimate import estimate
-from planner.plan import Plan
-from planner.request import NoFeasiblePlan, SearchRequest
-from planner.search import search
+from plan_search.cli.calibrate import main as calibrate_cli
+from plan_search.cli.catalog import main as catalog_cli
+from plan_search.cli.estimate import main as estimate_cli
+from plan_search.cli.search import main as search_cli
+from plan_search.hardware.catalog import catalog_names, get_cluster
+from plan_search.hardware.overrides import MAX_SET_LENGTH, apply_overrides, valid_keys
+from plan_search.hardware.resolve import resolve_cluster
+from plan_search.hardware.spec import ClusterSpec
+from plan_search.models.hf import from_hf_config
+from plan_search.models.io import MAX_DOCUMENT_BYTES, InputError, load_document, parse_document
+from plan_search.models.resolve import resolve_model
+from plan_search.models.spec import ModelSpec
+from plan_search.planner.costmodel.estimate import estimate
+from plan_search.planner.costmodel.plan import Plan
+from plan_search.planner.search.request import NoFeasiblePlan, SearchRequest
+from plan_search.planner.search.front import search
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
@@ -925,8 +925,8 @@ def test_load_document_special_files(work):
 
 
 # ------------------------------------------------------------------ plan-sweep and plan-allocate files
-from cli.allocate import main as allocate_cli  # noqa: E402
-from cli.sweep import main as sweep_cli  # noqa: E402
+from plan_search.cli.allocate import main as allocate_cli  # noqa: E402
+from plan_search.cli.sweep import main as sweep_cli  # noqa: E402
 
 
 def _no_internal_messages(frame_path: Path) -> None:

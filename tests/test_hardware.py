@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from hardware.catalog import canonical_name, catalog_names, closest_names, get_cluster, load_catalog
-from hardware.overrides import apply_overrides, describe_overrides, parse_set, valid_keys
-from hardware.resolve import load_cluster_file, resolve_cluster
-from hardware.spec import ClusterSpec, EfficiencySpec, GPUSpec, NodeSpec
-from models.io import InputError
+from plan_search.hardware.catalog import canonical_name, catalog_names, closest_names, get_cluster, load_catalog
+from plan_search.hardware.overrides import apply_overrides, describe_overrides, parse_set, valid_keys
+from plan_search.hardware.resolve import load_cluster_file, resolve_cluster
+from plan_search.hardware.spec import ClusterSpec, EfficiencySpec, GPUSpec, NodeSpec
+from plan_search.models.io import InputError
 
 DATA = Path(__file__).parent / "data" / "hw"
 CATALOG = load_catalog()
@@ -207,7 +207,7 @@ def test_catalog_is_cached_and_immutable():
 def test_catalog_read_through_importlib_resources():
     from importlib import resources
 
-    assert resources.files("hardware").joinpath("catalog.yaml").is_file()
+    assert resources.files("plan_search.hardware").joinpath("catalog.yaml").is_file()
 
 
 # ------------------------------------------------------------------ --set overrides

@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from models.catalog import get_model, load_catalog, model_names, normalize_name
-from models.counting import (
+from plan_search.models.catalog import get_model, load_catalog, model_names, normalize_name
+from plan_search.models.counting import (
     active_params,
     megatron_flops_per_iteration,
     total_params,
     training_flops_per_iteration,
 )
-from models.hf import from_hf_config
-from models.io import InputError
-from models.resolve import resolve_model
-from models.spec import ModelSpec
+from plan_search.models.hf import from_hf_config
+from plan_search.models.io import InputError
+from plan_search.models.resolve import resolve_model
+from plan_search.models.spec import ModelSpec
 
 DATA = Path(__file__).parent / "data"
 HF = DATA / "hf"

@@ -10,11 +10,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from cli.search import main as search_main
-from cli.sweep import main as sweep_main
-from planner.request import SearchRequest
-from planner.search import search
-from planner.sweep import build_sweep, run_sweep
+from plan_search.cli.search import main as search_main
+from plan_search.cli.sweep import main as sweep_main
+from plan_search.planner.search.request import SearchRequest
+from plan_search.planner.search.front import search
+from plan_search.planner.sweep import build_sweep, run_sweep
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -29,7 +29,7 @@ def mpl():
 
 
 def test_front_plot_two_systems(tmp_path, mpl):
-    from planner.plots import plot_front
+    from plan_search.planner.plots import plot_front
 
     res = search(SearchRequest(model="llama2-70b", gpu=["a100-80gb", "h100-sxm"], gpus=[64, 128, 256, 512],
                                tokens=2e12))
@@ -49,7 +49,7 @@ def test_plan_search_plot_option(tmp_path, mpl):
 
 
 def test_sweep_plots(tmp_path, mpl):
-    from planner.plots import choose_x, plot_sweep
+    from plan_search.planner.plots import choose_x, plot_sweep
 
     doc = {"base": {"model": "megatron-gpt-1.7b", "tokens": "200B", "deadline_days": 5},
            "sweep": {"gpu": ["a100-80gb", "h100-sxm"], "gpus": [8, 16, 32, 64]}}

@@ -25,21 +25,21 @@ import pytest
 from hypothesis import assume, event, given, note, settings
 from hypothesis import strategies as st
 
-from hardware.catalog import get_cluster
-from models.catalog import get_model
-from hardware.overrides import apply_overrides
-from hardware.spec import ClusterSpec
-from models.io import InputError
-from models.spec import ModelSpec
-from planner.arrays import PlanArrays
-from planner.estimate import estimate
-from models import counting
-from planner import memory
-from planner.evaluate import GIB, evaluate
-from planner.plan import Plan
-from planner.request import Knobs, NoFeasiblePlan, SearchRequest
-from planner.search import search
-from planner.space import PARTIAL_FRACTIONS, enumerate_space
+from plan_search.hardware.catalog import get_cluster
+from plan_search.models.catalog import get_model
+from plan_search.hardware.overrides import apply_overrides
+from plan_search.hardware.spec import ClusterSpec
+from plan_search.models.io import InputError
+from plan_search.models.spec import ModelSpec
+from plan_search.planner.costmodel.arrays import PlanArrays
+from plan_search.planner.costmodel.estimate import estimate
+from plan_search.models import counting
+from plan_search.planner.costmodel import memory
+from plan_search.planner.costmodel.evaluate import GIB, evaluate
+from plan_search.planner.costmodel.plan import Plan
+from plan_search.planner.search.request import Knobs, NoFeasiblePlan, SearchRequest
+from plan_search.planner.search.front import search
+from plan_search.planner.search.space import PARTIAL_FRACTIONS, enumerate_space
 
 N = settings.default.max_examples  # the profile's budget (tests/conftest.py)
 
@@ -545,7 +545,7 @@ def test_ten_trillion_parameters_on_a_million_gpus(tmp_path):
     model = ModelSpec(name="ten-t", num_layers=256, hidden_size=57344, num_heads=448, num_kv_heads=64,
                       ffn_hidden_size=229376, vocab_size=256000, seq_len=8192, global_batch=16384,
                       activation="swiglu", position="rotary", norm="rmsnorm", bias=False, dropout=False)
-    from models import counting
+    from plan_search.models import counting
 
     assert 9e12 < counting.total_params(model) < 2e13
     p = tmp_path / "ten-t.yaml"

@@ -15,17 +15,17 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from cli.search import main, parse_global_batch, parse_gpus, parse_int_set
-from hardware.catalog import get_cluster
-from models.catalog import get_model
-from models.io import InputError
-from models.spec import ModelSpec
-from planner.arrays import PlanArrays
-from planner.estimate import estimate
-from planner.plan import Plan
-from planner.request import Knobs, NoFeasiblePlan, SearchRequest, SearchResult
-from planner.search import OBJECTIVE_KEYS, search
-from planner.space import PARTIAL_FRACTIONS, enumerate_space
+from plan_search.cli.search import main, parse_global_batch, parse_gpus, parse_int_set
+from plan_search.hardware.catalog import get_cluster
+from plan_search.models.catalog import get_model
+from plan_search.models.io import InputError
+from plan_search.models.spec import ModelSpec
+from plan_search.planner.costmodel.arrays import PlanArrays
+from plan_search.planner.costmodel.estimate import estimate
+from plan_search.planner.costmodel.plan import Plan
+from plan_search.planner.search.request import Knobs, NoFeasiblePlan, SearchRequest, SearchResult
+from plan_search.planner.search.front import OBJECTIVE_KEYS, search
+from plan_search.planner.search.space import PARTIAL_FRACTIONS, enumerate_space
 
 TINY = ModelSpec(name="tiny-gqa", num_layers=10, hidden_size=512, num_heads=8, num_kv_heads=2,
                  ffn_hidden_size=1536, vocab_size=1000, seq_len=1024, global_batch=48,
@@ -297,7 +297,7 @@ def test_time_limit_flags_the_front_as_not_proven():
 def test_walk_stopped_by_the_limit_keeps_the_points_found(monkeypatch):
     import sys
 
-    mod = sys.modules["planner.search"]
+    mod = sys.modules["plan_search.planner.search.front"]
     real = mod._solve
     calls = {"n": 0}
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from models.catalog import get_model
-from planner.estimate import estimate
-from planner.frameworks import check, runnable
-from planner.request import NoFeasiblePlan
-from planner.search import search
+from plan_search.models.catalog import get_model
+from plan_search.planner.costmodel.estimate import estimate
+from plan_search.planner.frameworks.rules import check, runnable
+from plan_search.planner.search.request import NoFeasiblePlan
+from plan_search.planner.search.front import search
 
 FRAMEWORKS = ["megatron", "deepspeed", "torchtitan", "nemo"]
 
@@ -54,7 +54,7 @@ def test_cli_framework_emit_prints_the_recommended_plans_config():
 
     from click.testing import CliRunner
 
-    from cli.search import main
+    from plan_search.cli.search import main
 
     r = CliRunner().invoke(main, ["--model", "llama3.1-70b", "--gpu", "h100", "--gpus", "64,128",
                                   "--framework", "megatron", "--emit", "--format", "json"])
@@ -74,7 +74,7 @@ def test_cli_gpus_range_replaces_a_request_files_list(tmp_path):
 
     from click.testing import CliRunner
 
-    from cli.search import main
+    from plan_search.cli.search import main
 
     f = tmp_path / "r.json"
     f.write_text(json.dumps({"model": "llama3.1-8b", "gpu": ["h100-sxm"], "gpus": [8]}))

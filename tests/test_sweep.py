@@ -17,10 +17,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from cli.sweep import main
-from models.io import InputError
-from planner.search import search
-from planner.sweep import (
+from plan_search.cli.sweep import main
+from plan_search.models.io import InputError
+from plan_search.planner.search.front import search
+from plan_search.planner.sweep import (
     RESULT_COLUMNS,
     Progress,
     build_sweep,
@@ -225,7 +225,7 @@ def test_journal_survives_a_kill_and_a_torn_line(tmp_path):
     out = tmp_path / "k.csv"
     jpath = journal_path(out)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "cli.sweep", str(sweep_file), "-o", str(out), "--workers", "1",
+    proc = subprocess.Popen([sys.executable, "-m", "plan_search.cli.sweep", str(sweep_file), "-o", str(out), "--workers", "1",
                              "-q"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         t0 = time.monotonic()
@@ -268,7 +268,7 @@ def test_ctrl_c_keeps_what_finished(tmp_path, workers):
     sweep_file = _write(tmp_path, doc)
     out = tmp_path / "i.csv"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "cli.sweep", str(sweep_file), "-o", str(out), "--workers",
+    proc = subprocess.Popen([sys.executable, "-m", "plan_search.cli.sweep", str(sweep_file), "-o", str(out), "--workers",
                              str(workers), "-q"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:

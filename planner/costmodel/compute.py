@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from hardware.spec import ClusterSpec
-from models.spec import ModelSpec
+from plan_search.hardware.spec import ClusterSpec
+from plan_search.models.spec import ModelSpec
 
-from .arrays import PlanArrays
+from plan_search.planner.costmodel.arrays import PlanArrays
 
 BF16_BYTES = 2
 FA_BACKWARD_RATIO = 2.5  # FlashAttention-2 backward / forward matmul work (Dao 2023, Sec. 3)

@@ -11,7 +11,7 @@ from typing import Iterable
 
 import numpy as np
 
-from .plan import PRECISION_CODES, RECOMPUTE_CODES, Plan
+from plan_search.planner.costmodel.plan import PRECISION_CODES, RECOMPUTE_CODES, Plan
 
 
 @dataclass(frozen=True)

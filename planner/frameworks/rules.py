@@ -58,10 +58,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from models.io import InputError
-from models.spec import ModelSpec
+from plan_search.models.io import InputError
+from plan_search.models.spec import ModelSpec
 
-from .plan import Plan
+from plan_search.planner.costmodel.plan import Plan
 
 FRAMEWORKS = ("megatron", "deepspeed", "torchtitan", "nemo")
 
@@ -571,11 +571,10 @@ class Capabilities:
     decides: tuple[str, ...]  # knobs set by conform()
     notes: tuple[str, ...] = ()
 
-    def knobs(self, base=None):
-        """``base`` (a :class:`~planner.request.Knobs`, default the full domain) narrowed to this framework."""
-        from .request import Knobs
-
-        k = base if base is not None else Knobs()
+    def knobs(self, base):
+        """``base`` (the search's :class:`~plan_search.planner.search.request.Knobs`) narrowed to
+        this framework (the search passes its knobs down: the rules never import the search)."""
+        k = base
         upd = {
             "zero": [z for z in k.zero if z in self.zero] or list(self.zero[:1]),
             "recompute": [r for r in k.recompute if r in self.recompute] or list(self.recompute[:1]),

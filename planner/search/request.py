@@ -17,8 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .estimate import Estimate
-from .plan import Plan
+from plan_search.planner.costmodel.estimate import Estimate
+from plan_search.planner.costmodel.plan import Plan
 
 Objective = Literal["fastest", "cheapest", "fewest-gpus", "least-energy", "best-mfu"]
 OBJECTIVES: tuple[str, ...] = ("fastest", "cheapest", "fewest-gpus", "least-energy", "best-mfu")
@@ -29,6 +29,29 @@ MIN_CP_TOKENS = 1024
 
 #: Default training tokens when the request gives none: GPT-3's 300B (Brown et al. 2020).
 DEFAULT_TOKENS = 300e9
+
+
+#: Columns of :func:`front_dataframe`, in order (``plan-search --format csv``'s header plus
+#: the model, seq_len and front index).
+FRONT_COLUMNS = (
+    "model", "gpu", "num_gpus", "nodes", "tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch", "seq_len",
+    "grad_accum", "zero", "recompute", "recompute_layers", "sequence_parallel", "precision", "fp32_grads",
+    "overlap_tp_comm", "first_stage_layers", "last_stage_layers", "step_time_s", "tokens_per_s",
+    "tokens_per_s_per_gpu", "mfu", "memory_gib", "memory_usable_gib", "comm_ratio", "days", "gpu_hours",
+    "cost_usd", "energy_kwh", "power_kw", "scaling_efficiency", "bottleneck", "binding", "recommended",
+)
+
+_PLAN_KEYS = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch", "seq_len", "zero", "recompute",
+              "recompute_layers", "sequence_parallel", "precision", "fp32_grads", "overlap_tp_comm",
+              "first_stage_layers", "last_stage_layers")
+
+
+
+def _cell(v):
+    if isinstance(v, (list, tuple)):
+        return ",".join(str(x).lower() if isinstance(x, bool) else str(x) for x in v)
+    return v
+
 
 
 class _Doc(BaseModel):
@@ -197,11 +220,21 @@ class SearchRequest(_Doc):
             raise ValueError(f"min_gpus: {self.min_gpus} exceeds max_gpus {self.max_gpus}")
         return self
 
-    def to_dataframe(self):
-        """One row, knob bounds as ``knobs_*`` columns (:func:`planner.api.request_dataframe`)."""
-        from .api import request_dataframe
+    def flat_row(self) -> dict:
+        """One flat row: the fields in declaration order, knob bounds as ``knobs_<name>``; a list
+        becomes one comma-joined string, ``None`` stays empty (the default domain)."""
+        d = self.model_dump()
+        knobs = d.pop("knobs")
+        row = {k: _cell(v) for k, v in d.items()}
+        row.update({f"knobs_{k}": _cell(v) for k, v in knobs.items()})
+        return row
 
-        return request_dataframe(self)
+    def to_dataframe(self):
+        """One row, knob bounds as ``knobs_*`` columns (pandas is imported here only)."""
+        import pandas as pd
+
+        row = self.flat_row()
+        return pd.DataFrame([row], columns=list(row))
 
 
 class FrontPoint(_Doc):
@@ -276,11 +309,26 @@ class SearchResult(_Doc):
     inputs: ResolvedInputs
     request: SearchRequest
 
-    def to_dataframe(self):
-        """The front, one row per point, plan knobs as columns (:func:`planner.api.front_dataframe`)."""
-        from .api import front_dataframe
+    def front_rows(self) -> list[dict]:
+        """The front, one flat row per point in the result's order, columns :data:`FRONT_COLUMNS`
+        (``recommended`` True on the recommended point)."""
+        rows = []
+        for i, fp in enumerate(self.front):
+            d = fp.model_dump()
+            plan = d.pop("plan")
+            d.update({k: plan[k] for k in _PLAN_KEYS})
+            d["grad_accum"] = fp.grad_accum
+            d["binding"] = "+".join(fp.binding)
+            d["recommended"] = self.recommended_index == i
+            d["model"] = self.inputs.model
+            rows.append({k: d.get(k) for k in FRONT_COLUMNS})
+        return rows
 
-        return front_dataframe(self)
+    def to_dataframe(self):
+        """The front, one row per point, plan knobs as columns (pandas is imported here only)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.front_rows(), columns=list(FRONT_COLUMNS))
 
 
 class Alternative(_Doc):

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from hardware.spec import ClusterSpec
-from models import counting
-from models.spec import ModelSpec
+from plan_search.hardware.spec import ClusterSpec
+from plan_search.models import counting
+from plan_search.models.spec import ModelSpec
 
-from . import memory, step
-from .arrays import PlanArrays
+from plan_search.planner.costmodel import memory
+from plan_search.planner.costmodel import step
+from plan_search.planner.costmodel.arrays import PlanArrays
 
 GIB = memory.GIB
 CHECKPOINT_BYTES_PER_PARAM = 14.0

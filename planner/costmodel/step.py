@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from hardware.spec import ClusterSpec
-from models.spec import ModelSpec
+from plan_search.hardware.spec import ClusterSpec
+from plan_search.models.spec import ModelSpec
 
-from . import comm, compute, memory, pipeline
-from .arrays import PlanArrays
+from plan_search.planner.costmodel import comm
+from plan_search.planner.costmodel import compute
+from plan_search.planner.costmodel import memory
+from plan_search.planner.costmodel import pipeline
+from plan_search.planner.costmodel.arrays import PlanArrays
 
 TIME_KEYS = (
     "compute_s",

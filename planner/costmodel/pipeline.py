@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .arrays import PlanArrays
+from plan_search.planner.costmodel.arrays import PlanArrays
 
 
 def stage_mix(x: PlanArrays, first, mid, last):

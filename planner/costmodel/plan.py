@@ -29,8 +29,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from models.io import InputError
-from models.spec import ModelSpec
+from plan_search.models.io import InputError
+from plan_search.models.spec import ModelSpec
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1}
@@ -118,37 +118,6 @@ class Plan(BaseModel):
         s += f" v{self.vpp}" if self.vpp > 1 else ""
         rc = self.recompute + (f"({self.recompute_layers})" if self.recompute_layers else "")
         return s + f" mb{self.micro_batch} z{self.zero} {rc}"
-
-    # Launch configurations (planner.emit; imported here because emit imports this module).
-    def to_megatron_args(self, model: ModelSpec, cluster=None) -> list[str]:
-        """Megatron-LM command-line flags for this plan (refused, naming the rule, if it cannot run)."""
-        from .emit import to_megatron_args
-
-        return to_megatron_args(self, model, cluster)
-
-    def to_deepspeed_config(self, model: ModelSpec, cluster=None) -> dict:
-        """DeepSpeed config JSON (as a dict) for this plan."""
-        from .emit import to_deepspeed_config
-
-        return to_deepspeed_config(self, model, cluster)
-
-    def to_torchtitan_toml(self, model: ModelSpec, cluster=None) -> str:
-        """torchtitan TOML ([parallelism], [activation_checkpoint], [training])."""
-        from .emit import to_torchtitan_toml
-
-        return to_torchtitan_toml(self, model, cluster)
-
-    def to_nemo_overrides(self, model: ModelSpec, cluster=None) -> dict:
-        """NeMo 2.0 recipe overrides (strategy, trainer, data)."""
-        from .emit import to_nemo_overrides
-
-        return to_nemo_overrides(self, model, cluster)
-
-    def check_framework(self, framework: str, model: ModelSpec, cluster=None) -> list:
-        """The framework's rules this plan breaks (empty when it can run it)."""
-        from .frameworks import check
-
-        return check(framework, self, model, cluster)
 
     @property
     def grad_accum(self) -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hardware.spec import ClusterSpec
+from plan_search.hardware.spec import ClusterSpec
 
 ALL_REDUCE = 2.0
 REDUCE_SCATTER = 1.0

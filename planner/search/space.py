@@ -39,13 +39,13 @@ from typing import Sequence
 
 import numpy as np
 
-from hardware.spec import ClusterSpec
-from models.io import InputError
-from models.spec import ModelSpec
+from plan_search.hardware.spec import ClusterSpec
+from plan_search.models.io import InputError
+from plan_search.models.spec import ModelSpec
 
-from .arrays import PlanArrays
-from .plan import PRECISION_CODES, Plan
-from .request import MIN_CP_TOKENS, Knobs
+from plan_search.planner.costmodel.arrays import PlanArrays
+from plan_search.planner.costmodel.plan import PRECISION_CODES, Plan
+from plan_search.planner.search.request import MIN_CP_TOKENS, Knobs
 
 RC_NONE, RC_SELECTIVE, RC_FULL, RC_PARTIAL = 0, 1, 2, 3
 RC_NAMES = ("none", "selective", "full", "full")

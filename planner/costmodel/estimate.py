@@ -11,18 +11,18 @@ from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from hardware.resolve import resolve_cluster
-from hardware.spec import ClusterSpec, EfficiencySpec
-from models import counting
-from models.io import InputError
-from models.resolve import resolve_model
-from models.spec import ModelSpec
+from plan_search.hardware.resolve import resolve_cluster
+from plan_search.hardware.spec import ClusterSpec, EfficiencySpec
+from plan_search.models import counting
+from plan_search.models.io import InputError
+from plan_search.models.resolve import resolve_model
+from plan_search.models.spec import ModelSpec
 
-from .arrays import PlanArrays
-from .evaluate import GIB, evaluate
-from .memory import STAGES
-from .plan import Plan
-from .step import TIME_KEYS
+from plan_search.planner.costmodel.arrays import PlanArrays
+from plan_search.planner.costmodel.evaluate import GIB, evaluate
+from plan_search.planner.costmodel.memory import STAGES
+from plan_search.planner.costmodel.plan import Plan
+from plan_search.planner.costmodel.step import TIME_KEYS
 
 
 class _Doc(BaseModel):
@@ -103,11 +103,35 @@ class Estimate(_Doc):
     run: RunEstimate | None
     efficiency: EfficiencySpec
 
-    def to_dataframe(self):
-        """One row, nested figures flattened (:func:`planner.api.estimate_dataframe`)."""
-        from .api import estimate_dataframe
+    def flat_row(self) -> dict:
+        """One flat row: model, cluster, the plan's fields, the headline figures, ``memory_*``
+        (GiB), ``time_*`` (seconds per step), ``run_*`` and ``eff_*``; every cell a scalar."""
+        d = self.model_dump()
+        row = {"model": d["model"], "cluster": d["cluster"], "num_gpus": self.plan.num_gpus}
+        plan = d["plan"]
+        row.update({k: plan[k] for k in plan if k != "num_gpus"})
+        row["grad_accum"] = self.plan.grad_accum
+        for k in ("params", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu",
+                  "hardware_tflops_per_gpu", "mfu", "hfu", "feasible", "bottleneck", "comm_ratio", "power_kw"):
+            row[k] = d[k]
+        row["reasons"] = "; ".join(d["reasons"])
+        for k, v in d["memory"].items():
+            row[f"memory_{k}"] = v
+        for k, v in d["time"].items():
+            row[f"time_{k}"] = v
+        run = d["run"] or {}
+        for k in RunEstimate.model_fields:
+            row[f"run_{k}"] = run.get(k)
+        for k, v in d["efficiency"].items():
+            row[f"eff_{k}"] = v
+        return row
 
-        return estimate_dataframe([self])
+    def to_dataframe(self):
+        """One row, nested figures flattened (:meth:`flat_row`; pandas is imported here only)."""
+        import pandas as pd
+
+        row = self.flat_row()
+        return pd.DataFrame([row], columns=list(row))
 
 
 FLOPS_CONVENTION = (

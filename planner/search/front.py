@@ -58,18 +58,18 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from hardware.catalog import load_catalog
-from hardware.resolve import resolve_cluster
-from hardware.spec import ClusterSpec
-from models import counting
-from models.io import InputError
-from models.resolve import resolve_model
-from models.spec import ModelSpec
+from plan_search.hardware.catalog import load_catalog
+from plan_search.hardware.resolve import resolve_cluster
+from plan_search.hardware.spec import ClusterSpec
+from plan_search.models import counting
+from plan_search.models.io import InputError
+from plan_search.models.resolve import resolve_model
+from plan_search.models.spec import ModelSpec
 
-from .arrays import PlanArrays
-from .estimate import pack
-from .evaluate import evaluate
-from .request import (
+from plan_search.planner.costmodel.arrays import PlanArrays
+from plan_search.planner.costmodel.estimate import pack
+from plan_search.planner.costmodel.evaluate import evaluate
+from plan_search.planner.search.request import (
     MAX_GPUS,
     Alternative,
     FrontPoint,
@@ -80,7 +80,7 @@ from .request import (
     SearchResult,
     SearchStats,
 )
-from .space import Space, enumerate_space
+from plan_search.planner.search.space import Space, enumerate_space
 
 EVAL_CHUNK = 16384
 #: Columns of evaluate() the search keeps for every candidate.
@@ -793,8 +793,8 @@ def restrict_to_framework(model: ModelSpec, systems: list[System], ms: list[dict
     agree. Not exhaustive: conforming can make a plan slower than a slower-ranked one it overtook,
     so a count's optimum is exact only among its checked candidates.
     """
-    from .frameworks import runnable
-    from .space import space_of_plans
+    from plan_search.planner.frameworks.rules import runnable
+    from plan_search.planner.search.space import space_of_plans
 
     out_sys, out_ms = [], []
     for s, m in zip(systems, ms):
@@ -844,7 +844,7 @@ def search(request: SearchRequest | dict, *, model: ModelSpec | None = None) -> 
     t0 = time.perf_counter()
     req = request if isinstance(request, SearchRequest) else SearchRequest.model_validate(request)
     if req.framework:
-        from .frameworks import allowed
+        from plan_search.planner.frameworks.rules import allowed
 
         caps = allowed(req.framework)
         if req.precision not in caps.precision:

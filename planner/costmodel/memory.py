@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from hardware.spec import ClusterSpec
-from models import counting
-from models.spec import ModelSpec
+from plan_search.hardware.spec import ClusterSpec
+from plan_search.models import counting
+from plan_search.models.spec import ModelSpec
 
-from .arrays import PlanArrays
+from plan_search.planner.costmodel.arrays import PlanArrays
 
 GIB = float(2**30)
 

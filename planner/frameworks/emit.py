@@ -35,11 +35,11 @@ from typing import Any, Iterable, Sequence
 
 from pydantic import ValidationError
 
-from models.io import InputError, validation_message
-from models.spec import ModelSpec
+from plan_search.models.io import InputError, validation_message
+from plan_search.models.spec import ModelSpec
 
-from . import frameworks as fw
-from .plan import Plan
+from plan_search.planner.frameworks import rules as fw
+from plan_search.planner.costmodel.plan import Plan
 
 # ------------------------------------------------------------------ helpers
 

@@ -1,0 +1,1 @@
+"""Framework rules (what Megatron-LM, DeepSpeed, torchtitan and NeMo can run) and launch configurations."""
