@@ -69,6 +69,15 @@ SOURCE_CONVENTIONS: dict[str, dict] = {
     "nemo-24.07": _NEMO_FP8,
     "nemo-long-seq": _NEMO_FP8,
     "megatron-bridge": _NEMO_FP8,
+    # torchtitan's 2024-12 H100 benchmark: FSDP2 (fully sharded: zero 3), torch.compile, Float8
+    # (torchao), SDPA flash attention, sequence parallelism with TP; FSDP2's default
+    # MixedPrecisionPolicy in torchtitan: bf16 params, fp32 reduce (mixed_precision_reduce).
+    "torchtitan-2024-12": dict(_MEGATRON_CORE, precision="fp8", zero=3, fp32_grads=True, overlap_tp_comm=False),
+    # NeMo AutoModel: FSDP2 with TE kernels, BF16 (printed).
+    "nemo-automodel": dict(_MEGATRON_CORE, zero=3, overlap_tp_comm=False),
+    # Megatron-MoE-ModelZoo and the DeepSeek-V3 report: MoE rows (another cost model's concern).
+    "megatron-moe-modelzoo": _MEGATRON_CORE,
+    "deepseek-v3": dict(_MEGATRON_CORE, precision="fp8"),
     # Anything else (your own CSV): Megatron-Core defaults in bf16, without TP overlap.
     "other": dict(_MEGATRON_CORE, overlap_tp_comm=False),
 }
@@ -81,6 +90,11 @@ _GROUPS = [
     (r"performance_long_sequence", "nemo-long-seq"),
     (r"NeMo docs/source/performance", "nemo-24.07"),
     (r"Megatron-Bridge", "megatron-bridge"),
+    # runs_2026_12.csv (the project's copy of shared/calibration/runs_2026_12.csv)
+    (r"pytorch/torchtitan", "torchtitan-2024-12"),
+    (r"NeMo/Automodel", "nemo-automodel"),
+    (r"Megatron-MoE-ModelZoo", "megatron-moe-modelzoo"),
+    (r"DeepSeek-V3", "deepseek-v3"),
 ]
 
 #: FLOP convention of each source's TFLOP/s or MFU figure (see shared/calibration/README.md).
@@ -94,11 +108,19 @@ _FLOP_CONVENTION = {
     "nemo-24.07": "model",
     "nemo-long-seq": "model",
     "megatron-bridge": "model",
+    "torchtitan-2024-12": "model",
+    "nemo-automodel": "model",
+    "megatron-moe-modelzoo": "model",
+    "deepseek-v3": "model",
     "other": "model",
 }
 
+#: CSV GPU name -> catalog system (first match wins: GB200 before B200). A row whose system is
+#: not in the catalog is skipped. The torchtitan rows' "H100-96GB-HBM2e (500 W)" parts map to
+#: h100-sxm: same GH100 die; their lower clocks are left to the torchtitan efficiency fit.
 _GPU_NAMES = [(r"A100.*80", "a100-80gb"), (r"A100.*40", "a100-40gb"), (r"H100.*PCIe", "h100-pcie"),
-              (r"H100", "h100-sxm"), (r"H200", "h200"), (r"B200", "b200"), (r"V100", "v100-32gb"),
+              (r"H100", "h100-sxm"), (r"H200", "h200"), (r"H800", "h800"), (r"GB300", "gb300-nvl72"),
+              (r"GB200", "gb200-nvl72"), (r"B300", "b300"), (r"B200", "b200"), (r"V100", "v100-32gb"),
               (r"MI300X", "mi300x")]
 
 #: Catalog model a CSV model name stands for (architecture flags come from the catalog; the
@@ -238,6 +260,10 @@ def _measured_step(row: dict, model: ModelSpec, group: str, gb: int, seq: int, n
 def _gpu_for(row: dict) -> str:
     for pat, name in _GPU_NAMES:
         if re.search(pat, row["gpu"]):
+            try:
+                get_cluster(name)
+            except (InputError, KeyError, ValueError):
+                break
             return name
     raise InputError(f"gpu: unknown GPU {row['gpu']!r} in the runs file")
 
@@ -255,6 +281,9 @@ def _candidates(row: dict, model: ModelSpec, conv: dict, n: int) -> tuple[list[P
     sp_raw = (row.get("sequence_parallel") or "").strip().lower()
     zero_raw = (row.get("zero_stage") or "").strip().upper()
     conv = dict(conv)
+    prec_raw = (row.get("precision") or "").strip().lower()
+    if prec_raw:  # runs_2026_12.csv prints the recipe per row; it overrides the source's convention
+        conv["precision"] = prec_raw
     if zero_raw == "FSDP":
         conv["zero"] = 3
     elif zero_raw:
@@ -339,6 +368,10 @@ def load_runs(path: str | Path | None = None, gpu: str | None = None) -> list[Ru
         except InputError:
             continue
         if gpu and get_cluster(gpu).name != g:
+            continue
+        if _num(row.get("num_experts")):
+            # Mixture-of-experts rows of runs_2026_12.csv: the dense model built from the shape
+            # columns would misprice them; they are left to the expert-parallel cost model.
             continue
         group = source_group(row["source"])
         model = _model_for_row(row)
