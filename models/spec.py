@@ -14,7 +14,24 @@ Terms used throughout the project (they follow Narayanan et al. 2021 and Korthik
 - Mixture of experts: ``num_experts`` (E) routed experts, ``experts_per_token`` (k) of them used by
   each token, each an MLP of width ``expert_ffn_hidden_size``; ``num_shared_experts`` always-on
   experts of width ``shared_expert_ffn_hidden_size``; the first ``first_dense_layers`` layers and
-  every layer whose index is not a multiple of ``moe_layer_freq`` are dense MLPs of width ``f``.
+  layer ``i >= first_dense_layers`` is MoE when ``(i - first_dense_layers) % moe_layer_freq == 0``,
+  every other layer is a dense MLP of width ``f`` (Llama 4 Maverick: 1 and 2 -> layers 1, 3, 5 ...).
+  Routing: ``router_score`` (softmax/sigmoid), ``router_bias`` (a trained bias in the router
+  linear, GPT-OSS), ``router_expert_bias`` (DeepSeek-V3's aux-loss-free balancing bias, updated
+  outside backprop), node/group-limited routing (``router_num_groups``, ``router_group_topk``),
+  ``moe_capacity_factor`` (None = dropless), ``shared_expert_gate`` (Qwen2-MoE's sigmoid gate).
+- Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2), set by ``kv_lora_rank``: queries through
+  an optional low-rank ``q_lora_rank`` bottleneck, keys/values from a ``kv_lora_rank`` latent plus
+  one shared rotary key of ``qk_rope_head_dim``; per-head query/key width
+  ``head_dim = qk_nope_head_dim + qk_rope_head_dim`` and value width ``v_head_dim``.
+- ``v_head_dim`` (value/output head width) defaults to ``head_dim``; ``num_heads * head_dim`` may
+  differ from ``hidden_size`` (Qwen3, GPT-OSS). ``qk_norm``: per-head RMSNorm of Q and K (Qwen3);
+  ``attention_sinks``: one learned logit per head (GPT-OSS).
+- Local attention: ``attention_window`` tokens, ``attention_window_kind`` sliding (GPT-OSS,
+  Gemma, Mistral) or chunked (Llama 4); with ``global_attention_every = n`` layer ``i`` is global
+  (full) when ``(i + 1) % n == 0`` and local otherwise; ``n = 0`` makes every layer local.
+- ``mtp_num_layers``: DeepSeek-V3 multi-token-prediction depths trained with the model; they are
+  *not* part of ``total_params`` (DeepSeek-V3's 671B excludes the 14B MTP), see ``counting.mtp_params``.
 
 Derived figures (parameters, FLOPs) are computed in :mod:`models.counting`, one place only; this
 module only holds and validates the data.
@@ -72,6 +89,55 @@ class ModelSpec(BaseModel):
     shared_expert_ffn_hidden_size: int | None = Field(default=None, gt=0, le=10_000_000)
     first_dense_layers: int = Field(default=0, ge=0, description="leading layers with a dense MLP")
     moe_layer_freq: int = Field(default=1, ge=1, description="every n-th layer is MoE (after the dense ones)")
+    router_score: Literal["softmax", "sigmoid"] = Field(
+        default="softmax", description="router score function (DeepSeek-V3, Kimi-K2: sigmoid)"
+    )
+    router_bias: bool = Field(default=False, description="router linear carries a trained bias (GPT-OSS): E params/MoE layer")
+    router_expert_bias: bool = Field(
+        default=False,
+        description="aux-loss-free balancing bias (DeepSeek-V3 e_score_correction_bias): E values per MoE "
+        "layer, in the checkpoint but updated outside backprop (no gradient, no optimizer state)",
+    )
+    router_num_groups: int = Field(
+        default=0, ge=0, le=100_000, description="expert groups of group-limited routing (DeepSeek n_group); 0 = none"
+    )
+    router_group_topk: int = Field(
+        default=0, ge=0, le=100_000, description="groups a token may be routed to (DeepSeek topk_group); 0 = all"
+    )
+    moe_capacity_factor: float | None = Field(
+        default=None, gt=0, le=1_000,
+        description="expert capacity as a multiple of the balanced load tokens*k/E (excess tokens dropped); None = dropless",
+    )
+    shared_expert_gate: bool = Field(default=False, description="sigmoid gate on the shared expert (Qwen2-MoE): h params/MoE layer")
+
+    v_head_dim: int | None = Field(default=None, gt=0, le=100_000, description="value/output head width; default head_dim")
+    q_lora_rank: int | None = Field(
+        default=None, gt=0, le=1_000_000, description="MLA query low-rank width; None = full-rank Q projection"
+    )
+    kv_lora_rank: int | None = Field(
+        default=None, gt=0, le=1_000_000, description="MLA compressed key/value latent width; None = no MLA"
+    )
+    qk_rope_head_dim: int | None = Field(
+        default=None, gt=0, le=100_000, description="MLA rotary part of each query/key head (shared by all heads for keys)"
+    )
+    qk_nope_head_dim: int | None = Field(
+        default=None, gt=0, le=100_000, description="MLA non-rotary part of each query/key head"
+    )
+    qk_norm: bool = Field(default=False, description="per-head RMSNorm of queries and keys (Qwen3): 2*head_dim params/layer")
+    attention_sinks: bool = Field(default=False, description="one learned sink logit per head (GPT-OSS): a params/layer")
+    attention_window: int | None = Field(
+        default=None, gt=0, le=100_000_000, description="local attention span in tokens; None = full attention everywhere"
+    )
+    attention_window_kind: Literal["sliding", "chunked"] = Field(
+        default="sliding", description="local layers: a sliding window (GPT-OSS, Gemma) or fixed chunks (Llama 4)"
+    )
+    global_attention_every: int = Field(
+        default=0, ge=0, le=MAX_LAYERS,
+        description="with attention_window: layer i is global when (i+1) % n == 0; 0 = every layer local",
+    )
+    mtp_num_layers: int = Field(
+        default=0, ge=0, le=100, description="multi-token-prediction depths trained with the model (DeepSeek-V3: 1)"
+    )
 
     aliases: tuple[str, ...] = ()
     source: str = Field(default="user supplied", description="paper/table or config the shape comes from")
@@ -95,12 +161,18 @@ class ModelSpec(BaseModel):
             data["shared_expert_ffn_hidden_size"] = data.get("expert_ffn_hidden_size") or data.get(
                 "ffn_hidden_size"
             )
+        if data.get("kv_lora_rank") is not None and data.get("head_dim") is None:
+            nope, rope = data.get("qk_nope_head_dim"), data.get("qk_rope_head_dim")
+            if isinstance(nope, int) and isinstance(rope, int) and not isinstance(nope, bool) and not isinstance(rope, bool):
+                data["head_dim"] = nope + rope
         if data.get("head_dim") is None and isinstance(data.get("hidden_size"), int) and isinstance(
             data.get("num_heads"), int
         ):
             h, a = data["hidden_size"], data["num_heads"]
             if a > 0 and h % a == 0:
                 data["head_dim"] = h // a
+        if data.get("v_head_dim") is None:
+            data["v_head_dim"] = data.get("head_dim")
         return data
 
     @model_validator(mode="after")
@@ -125,8 +197,61 @@ class ModelSpec(BaseModel):
                 raise ValueError(
                     f"first_dense_layers: {self.first_dense_layers} exceeds num_layers {self.num_layers}"
                 )
-        elif self.experts_per_token:
-            raise ValueError("experts_per_token: set only together with num_experts > 0")
+            if self.router_num_groups:
+                if self.num_experts % self.router_num_groups:
+                    raise ValueError(
+                        f"router_num_groups: {self.router_num_groups} does not divide num_experts "
+                        f"{self.num_experts}; use a divisor"
+                    )
+                if not 0 < self.router_group_topk <= self.router_num_groups:
+                    raise ValueError(
+                        f"router_group_topk: {self.router_group_topk} must be between 1 and "
+                        f"router_num_groups {self.router_num_groups}"
+                    )
+                if self.experts_per_token > self.router_group_topk * (self.num_experts // self.router_num_groups):
+                    raise ValueError(
+                        f"experts_per_token: {self.experts_per_token} exceeds the experts of "
+                        f"router_group_topk {self.router_group_topk} groups"
+                    )
+            elif self.router_group_topk:
+                raise ValueError("router_group_topk: set only together with router_num_groups > 0")
+        else:
+            for field in ("experts_per_token", "num_shared_experts", "router_num_groups", "router_group_topk"):
+                if getattr(self, field):
+                    raise ValueError(f"{field}: set only together with num_experts > 0")
+            for field in ("router_bias", "router_expert_bias", "shared_expert_gate"):
+                if getattr(self, field):
+                    raise ValueError(f"{field}: set only together with num_experts > 0")
+            if self.moe_capacity_factor is not None:
+                raise ValueError("moe_capacity_factor: set only together with num_experts > 0")
+        if self.shared_expert_gate and not self.num_shared_experts:
+            raise ValueError("shared_expert_gate: set only together with num_shared_experts > 0")
+        mla_dims = ("q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim")
+        if self.kv_lora_rank is None:
+            for field in mla_dims:
+                if getattr(self, field) is not None:
+                    raise ValueError(f"{field}: multi-head latent attention needs kv_lora_rank too; set it or drop {field}")
+        else:
+            for field in ("qk_rope_head_dim", "qk_nope_head_dim"):
+                if getattr(self, field) is None:
+                    raise ValueError(f"{field}: required with kv_lora_rank (multi-head latent attention)")
+            if self.head_dim != self.qk_nope_head_dim + self.qk_rope_head_dim:
+                raise ValueError(
+                    f"head_dim: {self.head_dim} must equal qk_nope_head_dim + qk_rope_head_dim "
+                    f"({self.qk_nope_head_dim + self.qk_rope_head_dim}) with multi-head latent attention"
+                )
+            if self.num_kv_heads != self.num_heads:
+                raise ValueError(
+                    f"num_kv_heads: {self.num_kv_heads}; multi-head latent attention decompresses one key/value "
+                    f"per query head, so num_kv_heads must equal num_heads {self.num_heads}"
+                )
+        if self.attention_window is None:
+            if self.global_attention_every:
+                raise ValueError("global_attention_every: set only together with attention_window")
+        elif self.global_attention_every > self.num_layers:
+            raise ValueError(
+                f"global_attention_every: {self.global_attention_every} exceeds num_layers {self.num_layers}"
+            )
         return self
 
     # Small, purely structural helpers (no counting here).
@@ -139,9 +264,32 @@ class ModelSpec(BaseModel):
         return self.activation in GATED_ACTIVATIONS
 
     @property
+    def is_mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2)."""
+        return self.kv_lora_rank is not None
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether block ``i`` (0-based) has a mixture-of-experts MLP."""
+        return self.is_moe and i >= self.first_dense_layers and (i - self.first_dense_layers) % self.moe_layer_freq == 0
+
+    def is_local_attention_layer(self, i: int) -> bool:
+        """Whether block ``i`` (0-based) attends within ``attention_window`` only."""
+        if self.attention_window is None:
+            return False
+        n = self.global_attention_every
+        return n == 0 or (i + 1) % n != 0
+
+    @property
+    def num_local_attention_layers(self) -> int:
+        if self.attention_window is None:
+            return 0
+        n = self.global_attention_every
+        return self.num_layers - (self.num_layers // n if n else 0)
+
+    @property
     def num_moe_layers(self) -> int:
         """Layers whose MLP is a mixture of experts."""
         if not self.is_moe:
             return 0
-        rest = range(self.first_dense_layers, self.num_layers)
-        return sum(1 for i in rest if (i - self.first_dense_layers) % self.moe_layer_freq == 0)
+        rest = max(0, self.num_layers - self.first_dense_layers)
+        return -(-rest // self.moe_layer_freq)  # ceil: layers first, first+freq, ... below num_layers
