@@ -66,6 +66,11 @@ class GPUSpec(_Frozen):
         description="dense peak TFLOP/s per precision (tensor cores where they exist)"
     )
     tdp_w: float = Field(gt=0, le=100_000, description="board power, W")
+    block_scaling: bool = Field(
+        default=False,
+        description="tensor cores apply per-block scale factors in hardware (MXFP8, NVFP4: Blackwell's "
+        "5th-generation tensor cores); the mxfp8 and nvfp4 recipes need it",
+    )
     sources: dict[str, str] = Field(default_factory=dict, description="field -> datasheet / paper")
 
     @model_validator(mode="after")

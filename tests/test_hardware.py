@@ -17,10 +17,11 @@ CATALOG = load_catalog()
 NAMES = sorted(CATALOG)
 
 REQUIRED = [
-    "v100-32gb", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200",
+    "v100-32gb", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "h800", "b200", "b300",
     "gb200-nvl72", "gb300-nvl72", "l40s", "mi300x", "mi325x",
 ]
-PRICE_GAPS = ["b200", "gb200-nvl72", "gb300-nvl72", "v100-32gb", "l40s", "mi325x"]
+PRICE_GAPS = ["b200", "b300", "h800", "gb200-nvl72", "gb300-nvl72", "v100-32gb", "l40s", "mi325x"]
+BLACKWELL = ["b200", "b300", "gb200-nvl72", "gb300-nvl72"]
 STATUS_WORDS = ("re-checked", "not re-checked", "assumption", "estimate", "hardware.csv", "decision")
 
 
@@ -48,7 +49,7 @@ def test_entry_validates_and_roundtrips(name):
     assert isinstance(spec, ClusterSpec) and spec.name == name
     assert ClusterSpec.model_validate(spec.model_dump()) == spec
     # Fitted terms where published runs exist (and a source saying so); defaults elsewhere.
-    if name in ("a100-80gb", "a100-40gb", "h100-sxm", "h200"):
+    if name in ("a100-80gb", "a100-40gb", "h100-sxm", "h200", "h800"):
         assert spec.efficiency != EfficiencySpec() and spec.efficiency.source.startswith("fitted")
     else:
         assert spec.efficiency == EfficiencySpec()
@@ -119,10 +120,36 @@ def test_dense_not_sparse_figures():
     assert CATALOG["gb300-nvl72"].gpu.peak("fp4") == 15000
     assert CATALOG["mi300x"].gpu.peak("bf16") == pytest.approx(1307.4)
     assert CATALOG["v100-32gb"].gpu.peak("bf16") == 125  # no bf16 on Volta: falls back to fp16
-    for name in ("b200", "gb200-nvl72", "gb300-nvl72"):
+    for name in BLACKWELL:
         assert "fp4" in CATALOG[name].gpu.peak_tflops
-    for name in ("v100-32gb", "a100-40gb", "a100-80gb", "h100-sxm", "h200", "mi300x"):
+    for name in ("v100-32gb", "a100-40gb", "a100-80gb", "h100-sxm", "h200", "h800", "mi300x"):
         assert "fp4" not in CATALOG[name].gpu.peak_tflops
+
+
+def test_blackwell_entries_have_their_own_datasheet_peaks():
+    """B200 (HGX, 1000 W), B300 (HGX, 1100 W), GB200 and GB300 (NVL72, 1200/1400 W): dense peaks
+    per precision as NVIDIA prints them (sparse / 2), FP4 distinct on each."""
+    peaks = {n: CATALOG[n].gpu.peak_tflops for n in BLACKWELL}
+    assert (peaks["b200"]["bf16"], peaks["b200"]["fp8"], peaks["b200"]["fp4"]) == (2250, 4500, 9000)
+    assert (peaks["b300"]["bf16"], peaks["b300"]["fp8"], peaks["b300"]["fp4"]) == (2250, 4500, 13500)
+    assert (peaks["gb200-nvl72"]["bf16"], peaks["gb200-nvl72"]["fp8"], peaks["gb200-nvl72"]["fp4"]) == (2500, 5000, 10000)
+    assert (peaks["gb300-nvl72"]["bf16"], peaks["gb300-nvl72"]["fp8"], peaks["gb300-nvl72"]["fp4"]) == (2500, 5000, 15000)
+    assert len({p["fp4"] for p in peaks.values()}) == 4
+    assert [CATALOG[n].gpu.tdp_w for n in BLACKWELL] == [1000, 1100, 1200, 1400]
+    assert CATALOG["b300"].gpu.memory_gib == pytest.approx(275040 / 1024, abs=0.01)
+    for n in BLACKWELL:
+        assert CATALOG[n].gpu.block_scaling and CATALOG[n].node.intra_node_gbps == 900  # NVLink 5
+        assert "sparsity" in CATALOG[n].gpu.sources["peak_tflops"]
+    for n in set(NAMES) - set(BLACKWELL):
+        assert not CATALOG[n].gpu.block_scaling
+
+
+def test_h800_is_h100_compute_with_reduced_nvlink():
+    h800, h100 = CATALOG["h800"], CATALOG["h100-sxm"]
+    assert h800.gpu.peak_tflops == h100.gpu.peak_tflops
+    assert h800.node.intra_node_gbps == 200 and h100.node.intra_node_gbps == 450  # 400 vs 900 bidirectional
+    assert h800.node.inter_node_gbps == 50
+    assert get_cluster("H800").name == "h800" and get_cluster("h200").name == "h200"
 
 
 def test_usable_memory_gib():
