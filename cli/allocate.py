@@ -17,6 +17,8 @@ import textwrap
 
 import click
 
+from plan_search import __version__
+
 from plan_search.cli.common import guarded, Infeasible, OneLineCommand, short_days, short_money
 
 WIDTH = 80
@@ -130,6 +132,7 @@ SCHEMAS = ("pool", "jobs", "result")
 
 
 @click.command(cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name="plan-allocate", message="%(prog)s %(version)s")
 @click.option("--pool", "pool_file", default=None, help="free GPUs by type, YAML/JSON ('-' for stdin)")
 @click.option("--jobs", "jobs_file", default=None, help="the jobs, YAML/JSON ('-' for stdin)")
 @click.option("--objective", type=click.Choice(["weighted-completion", "cost", "makespan"]),

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import click
+
+from plan_search import __version__
 import yaml
 
 from plan_search.cli.common import OneLineCommand, guarded
@@ -141,6 +143,7 @@ def _term_changes(old, new) -> list[str]:
 
 
 @click.command(cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name="plan-calibrate", message="%(prog)s %(version)s")
 @click.argument("runs", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--gpu", "gpu_ref", required=True,
               help="catalog system whose rows to fit, or a cluster file with base: (its rows are the base's)")
@@ -157,9 +160,12 @@ def main(runs: Path, gpu_ref: str, output: Path, sets: tuple[str, ...], iters: i
     from plan_search.models.io import InputError
     from plan_search.planner.calibration import fit_efficiency, load_runs, predict
 
+    from plan_search.models.output import check_output, write_text_atomic
+
     base_name, cluster, doc = _resolve_gpu(gpu_ref, sets)
-    if output.resolve() == runs.resolve():
-        raise InputError(f"output: {output} is the runs file itself; choose another -o")
+    # before the fit (tens of seconds): a regular file or none, in an existing directory, and
+    # not the runs file nor the cluster file read (by device and inode: a hard link is caught)
+    check_output(output, "--output", [runs] + ([Path(gpu_ref)] if doc is not None else []))
     records = load_runs(runs, gpu=base_name)
     if not records:
         others = sorted({r.gpu for r in load_runs(runs)})
@@ -195,10 +201,7 @@ def main(runs: Path, gpu_ref: str, output: Path, sets: tuple[str, ...], iters: i
         header.append(f"# Starting point: cluster file {Path(gpu_ref).name}.")
     header += [f"# --set {s}" for s in sets]
     text = "\n".join(header) + "\n" + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
-    try:
-        output.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"output: cannot write {str(output)!r} ({exc.strerror or type(exc).__name__})") from None
+    write_text_atomic(output, text, "--output")  # a full disk leaves the previous file whole
 
     # Check the file reads back as the cluster just fitted (so --gpu FILE means what we printed).
     from plan_search.hardware.resolve import load_cluster_file

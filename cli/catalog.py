@@ -10,6 +10,8 @@ import json
 from typing import Any, Sequence
 
 import click
+
+from plan_search import __version__
 import yaml
 
 from plan_search.cli.common import OneLineGroup, guarded
@@ -112,6 +114,7 @@ def _gpu_record(name: str, c) -> dict[str, Any]:
 
 
 @click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="plan-catalog", message="%(prog)s %(version)s")
 def main() -> None:
     """Browse the built-in model and hardware catalogs.
 

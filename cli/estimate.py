@@ -17,7 +17,10 @@ from typing import Sequence
 
 import click
 
+from plan_search import __version__
+
 from plan_search.cli.common import OneLineCommand, Infeasible, guarded
+from plan_search.cli.knobs import collect, knob_options
 
 TABLE_WIDTH = 80
 LABEL = 18  # width of the label column of the summary lines
@@ -25,29 +28,18 @@ FORMATS = click.Choice(["table", "json"], case_sensitive=False)
 FRAMEWORK_NAMES = ["megatron", "deepspeed", "torchtitan", "nemo"]  # planner.frameworks.FRAMEWORKS
 
 
-def _plan_default(name: str):
-    """The Plan model's own default, so the CLI and the API never disagree."""
-    from plan_search.planner.costmodel.plan import Plan
-
-    return Plan.model_fields[name].default
-
-
 class TokenCount(click.ParamType):
-    """A token count: ``300e9``, ``300000000000``, ``300B``, ``1.5T``, ``250M``."""
+    """A token count: ``300e9``, ``300000000000``, ``300B``, ``1.5T``, ``250M`` (models.io)."""
 
     name = "tokens"
-    _SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 
     def convert(self, value, param, ctx):
-        if isinstance(value, (int, float)):
-            return float(value)
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgGtT]?)\s*", str(value))
-        if not m:
-            self.fail(f"{value!r} is not a token count (e.g. 300e9 or 300B)", param, ctx)
-        v = float(m.group(1)) * self._SUFFIX[m.group(2).lower()]
-        if not math.isfinite(v):
-            self.fail(f"{value!r} is not a finite token count", param, ctx)
-        return v
+        from plan_search.models.io import InputError, parse_token_count
+
+        try:
+            return parse_token_count(value, "--tokens")
+        except InputError as exc:
+            self.fail(str(exc).split(": ", 1)[-1], param, ctx)
 
 
 # ------------------------------------------------------------------ formatting helpers
@@ -273,40 +265,15 @@ def _launch(framework: str | None, emit: bool, plan, model, cluster):
 # ------------------------------------------------------------------ command
 
 
-def _bool_flag(name: str, help_text: str):
-    field = name.replace("-", "_")
-    return click.option(f"--{name}/--no-{name}", field, default=_plan_default(field), show_default=True,
-                        help=help_text)
-
-
 @click.command(cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name="plan-estimate", message="%(prog)s %(version)s")
 @click.option("--model", "model_ref", required=True, help="catalog model name/alias or model file (HF config.json or YAML)")
 @click.option("--gpu", "gpu_ref", required=True, help="catalog system name/alias or cluster YAML (base: + overrides)")
-@click.option("--num-gpus", type=int, required=True, help="total GPUs (= tp*pp*dp*cp)")
-@click.option("--tp", type=int, default=1, show_default=True, help="tensor-parallel degree")
-@click.option("--pp", type=int, default=1, show_default=True, help="pipeline-parallel degree")
+@click.option("--gpus", "--num-gpus", "num_gpus", type=int, required=True, help="total GPUs (= tp*pp*dp*cp)")
 @click.option("--dp", type=int, default=None, help="data-parallel degree  [default: num_gpus/(tp*pp*cp)]")
-@click.option("--cp", type=int, default=1, show_default=True, help="context-parallel degree")
-@click.option("--vpp", type=int, default=1, show_default=True, help="virtual pipeline stages per GPU (interleaved 1F1B)")
-@click.option("--zero", type=click.IntRange(0, 3), default=_plan_default("zero"), show_default=True,
-              help="ZeRO stage (1 = Megatron distributed optimizer)")
-@click.option("--micro-batch", type=int, required=True, help="sequences per micro-batch per replica")
 @click.option("--global-batch", type=int, default=None, help="sequences per step  [default: the model's global_batch]")
 @click.option("--seq-len", type=int, default=None, help="sequence length  [default: the model's seq_len]")
-@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default=_plan_default("recompute"),
-              show_default=True, help="activation recomputation")
-@click.option("--recompute-layers", type=int, default=None, help="with --recompute full: layers per stage to recompute")
-@_bool_flag("sequence-parallel", "sequence parallelism (with tp > 1)")
-@_bool_flag("flash-attention", "FlashAttention kernels")
-@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), default=_plan_default("precision"),
-              show_default=True, help="GEMM precision")
-@click.option("--fp32-grads/--bf16-grads", "fp32_grads", default=_plan_default("fp32_grads"), show_default=True,
-              help="gradient accumulation/reduction in fp32 or in half precision")
-@_bool_flag("overlap-grad-reduce", "overlap the data-parallel gradient reduction with the backward")
-@_bool_flag("overlap-param-gather", "overlap the ZeRO parameter all-gather with the forward")
-@_bool_flag("overlap-tp-comm", "overlap tensor-parallel communication with GEMMs")
-@click.option("--first-stage-layers", type=int, default=None, help="layers on the first pipeline stage (uneven split)")
-@click.option("--last-stage-layers", type=int, default=None, help="layers on the last pipeline stage (uneven split)")
+@knob_options(multi=False)
 @click.option("--memory-headroom", type=float, default=0.1, show_default=True,
               help="fraction of GPU memory kept free when judging fit")
 @click.option("--tokens", type=TokenCount(), default=None, help="token budget for run figures, e.g. 300e9 or 300B")
@@ -323,13 +290,9 @@ def _bool_flag(name: str, help_text: str):
                    "torchtitan TOML sections, NeMo 2.0 recipe overrides): after the table, or with --format json "
                    "as the 'launch' key of the one JSON document")
 @guarded
-def main(model_ref: str, gpu_ref: str, num_gpus: int, tp: int, pp: int, dp: int | None, cp: int, vpp: int,
-         zero: int, micro_batch: int, global_batch: int | None, seq_len: int | None, recompute: str,
-         recompute_layers: int | None, sequence_parallel: bool, flash_attention: bool, precision: str,
-         fp32_grads: bool, overlap_grad_reduce: bool, overlap_param_gather: bool, overlap_tp_comm: bool,
-         first_stage_layers: int | None, last_stage_layers: int | None, memory_headroom: float,
-         tokens: float | None, checkpoint_interval_h: float, sets: tuple[str, ...], fmt: str,
-         framework: str | None, emit: bool) -> None:
+def main(model_ref: str, gpu_ref: str, num_gpus: int, dp: int | None, global_batch: int | None,
+         seq_len: int | None, memory_headroom: float, tokens: float | None, checkpoint_interval_h: float,
+         sets: tuple[str, ...], fmt: str, framework: str | None, emit: bool, **knob_args) -> None:
     """Estimate step time, memory, throughput and cost of one parallel plan.
 
     Exit 0 when the plan fits, 3 when it does not fit in memory (the estimate is still printed),
@@ -352,15 +315,11 @@ def main(model_ref: str, gpu_ref: str, num_gpus: int, tp: int, pp: int, dp: int 
     base = resolve_cluster(gpu_ref)
     cluster = apply_overrides(base, sets)
     overrides = describe_overrides(sets, base) if sets else []
+    knobs = collect(knob_args, multi=False)
     plan = Plan(
-        num_gpus=num_gpus, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero, micro_batch=micro_batch,
+        num_gpus=num_gpus, dp=dp,
         global_batch=global_batch if global_batch is not None else model.global_batch,
-        seq_len=seq_len if seq_len is not None else model.seq_len,
-        recompute=recompute, recompute_layers=recompute_layers, sequence_parallel=sequence_parallel,
-        flash_attention=flash_attention, precision=precision, fp32_grads=fp32_grads,
-        overlap_grad_reduce=overlap_grad_reduce, overlap_param_gather=overlap_param_gather,
-        overlap_tp_comm=overlap_tp_comm, first_stage_layers=first_stage_layers,
-        last_stage_layers=last_stage_layers,
+        seq_len=seq_len if seq_len is not None else model.seq_len, **knobs,
     )
     launch = _launch(framework, emit, plan, model, cluster)
     est = estimate(model, cluster, plan, memory_headroom=memory_headroom, tokens=tokens,

@@ -27,49 +27,16 @@ import sys
 import textwrap
 import click
 
+from plan_search import __version__
+
 from plan_search.cli.common import guarded, Infeasible, OneLineCommand, short_days, short_money
+from plan_search.cli.knobs import _int, collect, knob_options, parse_int_set
 
 WIDTH = 80
 FORMATS = click.Choice(["table", "json", "csv"], case_sensitive=False)
 
 
 # ------------------------------------------------------------------ value parsing
-def _int(text: str, name: str, minimum: int = 1) -> int:
-    t = text.strip().replace("_", "")
-    try:
-        v = float(t) if re.fullmatch(r"[0-9.]+[eE][+-]?[0-9]+", t) else int(t)
-    except (ValueError, OverflowError):
-        raise click.BadParameter(f"{text!r} is not an integer", param_hint=f"--{name}") from None
-    if not math.isfinite(v) or v != int(v) or v < minimum:
-        raise click.BadParameter(f"{text!r} must be an integer >= {minimum}", param_hint=f"--{name}")
-    return int(v)
-
-
-def parse_int_set(text: str, name: str, limit: int = 10_000_000, minimum: int = 1) -> list[int]:
-    """``8``, ``1,2,4``, ``1..16``, ``64..1024:64`` (and combinations) -> sorted unique ints."""
-    out: set[int] = set()
-    for part in str(text).split(","):
-        part = part.strip()
-        if not part:
-            continue
-        m = re.fullmatch(r"(.+?)\.\.(.+?)(?::(.+))?", part)
-        if m:
-            lo, hi = _int(m.group(1), name, minimum), _int(m.group(2), name, minimum)
-            step = _int(m.group(3), name) if m.group(3) else 1
-            if lo > hi:
-                raise click.BadParameter(f"range {part!r} is empty (low above high)", param_hint=f"--{name}")
-            if (hi - lo) // step > 1_000_000:
-                raise click.BadParameter(f"range {part!r} has too many values", param_hint=f"--{name}")
-            out.update(range(lo, hi + 1, step))
-        else:
-            out.add(_int(part, name, minimum))
-    if not out:
-        raise click.BadParameter("empty", param_hint=f"--{name}")
-    if max(out) > limit:
-        raise click.BadParameter(f"{max(out)} is too large (max {limit:,})", param_hint=f"--{name}")
-    return sorted(out)
-
-
 def parse_gpus(text: str) -> dict:
     """``--gpus``: a list -> explicit counts; one range ``LO..HI[:STEP]`` -> bounds + step."""
     t = str(text).strip()
@@ -80,6 +47,25 @@ def parse_gpus(text: str) -> dict:
             raise click.BadParameter(f"range {t!r} is empty (low above high)", param_hint="--gpus")
         return {"min_gpus": lo, "max_gpus": hi, "gpus_step": _int(m.group(3), "gpus") if m.group(3) else None}
     return {"gpus": parse_int_set(t, "gpus")}
+
+
+def split_batch_tolerance(text: str) -> tuple[str, float | None]:
+    """``1536~5%`` (or ``1536~0.05``) -> (``"1536"``, 0.05): a target batch and its relative
+    tolerance (each plan then uses the batch nearest the target that its dp divides)."""
+    t = str(text).strip()
+    if "~" not in t:
+        return t, None
+    base, _, tol = t.partition("~")
+    tol = tol.strip()
+    try:
+        v = float(tol[:-1]) / 100 if tol.endswith("%") else float(tol)
+    except ValueError:
+        raise click.BadParameter(f"tolerance {tol!r} is not a number; e.g. 1536~5%", param_hint="--global-batch") \
+            from None
+    if not (math.isfinite(v) and 0 <= v < 0.5):
+        raise click.BadParameter(f"tolerance {tol!r} must be at least 0 and below 50%; e.g. 1536~5%",
+                                 param_hint="--global-batch")
+    return base.strip(), v
 
 
 def parse_global_batch(text: str) -> list[int]:
@@ -97,17 +83,10 @@ def parse_global_batch(text: str) -> list[int]:
     return parse_int_set(t, "global-batch", limit=100_000_000)
 
 
-_SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
-
-
 def parse_tokens(text: str) -> float:
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgGtT]?)\s*", str(text))
-    if not m:
-        raise click.BadParameter(f"{text!r} is not a token count (e.g. 300e9 or 300B)", param_hint="--tokens")
-    v = float(m.group(1)) * _SUFFIX[m.group(2).lower()]
-    if not (math.isfinite(v) and v > 0):
-        raise click.BadParameter(f"{text!r} is not a positive token count", param_hint="--tokens")
-    return v
+    from plan_search.models.io import parse_token_count
+
+    return parse_token_count(text, "--tokens")
 
 
 def _positive(value: float | None, name: str) -> float | None:
@@ -128,6 +107,15 @@ def _rc(p) -> str:
     return {"none": "none", "selective": "sel", "full": "full"}[p.recompute]
 
 
+def _pp(p) -> str:
+    """Pipeline stages, with the end stages' layers when the split is uneven: ``20:3``."""
+    if p.first_stage_layers is not None and p.first_stage_layers == p.last_stage_layers:
+        return f"{p.pp}:{p.first_stage_layers}"
+    if p.first_stage_layers is not None or p.last_stage_layers is not None:
+        return f"{p.pp}:{p.first_stage_layers or '-'}/{p.last_stage_layers or '-'}"
+    return str(p.pp)
+
+
 def _tokens(x: float) -> str:
     for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
         if x >= div:
@@ -135,75 +123,158 @@ def _tokens(x: float) -> str:
     return f"{x:.4g}"
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
 def _plan_line(p) -> str:
-    rc = p.recompute + (f"({p.recompute_layers}/stage)" if p.recompute_layers is not None else "")
+    rc = p.recompute + (f" on {p.recompute_layers} layers/stage" if p.recompute_layers is not None else "")
     split = ""
-    if p.first_stage_layers is not None:
-        split = f" layers {p.first_stage_layers}|..|{p.last_stage_layers}"
+    if p.first_stage_layers is not None or p.last_stage_layers is not None:
+        split = f"; uneven stages: first {p.first_stage_layers}, last {p.last_stage_layers} layers"
     return (f"tp{p.tp} pp{p.pp} dp{p.dp} cp{p.cp} vpp{p.vpp} mb{p.micro_batch} gb{p.global_batch} "
             f"(grad-accum {p.grad_accum}) zero{p.zero} {rc} {'SP' if p.sequence_parallel else 'no-SP'} "
             f"{p.precision}{split}")
 
 
-def format_table(res) -> str:
-    inp, st, front = res.inputs, res.stats, res.front
-    multi = len(inp.systems) > 1
-    lines = _wrap(
-        f"plan-search: {inp.model} ({inp.params / 1e9:.1f}B params) on {', '.join(inp.systems)}; "
-        f"{_tokens(inp.tokens)} tokens, global batch {'/'.join(map(str, inp.global_batch))} x {inp.seq_len}",
-        first="")
-    lines += _wrap(f"front of GPU count, days and dollars: {len(front)} non-dominated points "
-                   f"(of {st.feasible:,} feasible plans)", first="")
-    lines.append("")
-    sysw = max([len(s) for s in inp.systems] + [6]) if multi else 0
-    head = ["GPUs"] + (["system"] if multi else []) + ["tp", "pp", "dp", "cp", "v", "mb", "z", "rc",
-                                                        "step s", "MFU", "GiB", "days", "$", "eff", "b"]
-    rows = []
-    for fp in front:
-        p = fp.plan
-        row = [str(fp.num_gpus)] + ([fp.gpu] if multi else []) + [
-            str(p.tp), str(p.pp), str(p.dp), str(p.cp), str(p.vpp), str(p.micro_batch), str(p.zero), _rc(p),
-            f"{fp.step_time_s:.2f}" if fp.step_time_s < 100 else f"{fp.step_time_s:.0f}",
-            f"{100 * fp.mfu:.1f}", f"{fp.memory_gib:.1f}", short_days(fp.days), short_money(fp.cost_usd),
-            f"{fp.scaling_efficiency:.2f}", "".join(b[0] for b in fp.binding) or "-",
-        ]
-        rows.append(row)
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
+#: Names of the landmarks in the table's last column (SearchResult.landmarks).
+MARK_NAMES = {"fewest-gpus": "fewest GPUs", "cheapest": "cheapest", "balanced": "balanced", "fastest": "fastest"}
+#: Rows of the short front: the landmarks, topped up with points spread over the GPU counts.
+SHORT_ROWS = 7
+
+
+def short_front(res) -> list[int]:
+    """Indices of the front shown by default: the landmarks (fewest GPUs, cheapest, balanced,
+    fastest, recommended) and points spread evenly in log GPU count, at most SHORT_ROWS rows."""
+    front = res.front
+    if len(front) <= SHORT_ROWS:
+        return list(range(len(front)))
+    keep = set(res.landmarks.values()) if res.landmarks else {0, len(front) - 1}
+    if res.recommended_index is not None:
+        keep.add(res.recommended_index)
+    logs = [math.log(fp.num_gpus) for fp in front]
+    lo, hi = min(logs), max(logs)
+    k = 1
+    while len(keep) < SHORT_ROWS and k < 4 * SHORT_ROWS:
+        # the point farthest (in log GPUs) from those kept
+        far = max((i for i in range(len(front)) if i not in keep),
+                  key=lambda i: (min(abs(logs[i] - logs[j]) for j in keep), -i), default=None)
+        if far is None or (hi > lo and min(abs(logs[far] - logs[j]) for j in keep) < 0.05 * (hi - lo)):
+            break
+        keep.add(far)
+        k += 1
+    return sorted(keep)
+
+
+def _front_table(res, shown: list[int]) -> list[str]:
+    front = res.front
+    multi = len(res.inputs.systems) > 1
+    gbs = {fp.plan.global_batch for fp in front}
+    tags: dict[int, list[str]] = {}
+    for name, i in (res.landmarks or {}).items():
+        if name in MARK_NAMES:
+            tags.setdefault(i, []).append(MARK_NAMES[name])
+    cols = [("GPUs", lambda fp: f"{fp.num_gpus:,}" if fp.num_gpus < 100_000 else str(fp.num_gpus))]
+    if multi:
+        cols.append(("system", lambda fp: fp.gpu))
+    cols += [("tp", lambda fp: str(fp.plan.tp)), ("pp", lambda fp: _pp(fp.plan)), ("dp", lambda fp: str(fp.plan.dp)),
+             ("cp", lambda fp: str(fp.plan.cp)), ("v", lambda fp: str(fp.plan.vpp)),
+             ("mb", lambda fp: str(fp.plan.micro_batch)), ("z", lambda fp: str(fp.plan.zero)),
+             ("rc", lambda fp: _rc(fp.plan))]
+    if len(gbs) > 1 or res.request.global_batch_tolerance:
+        cols.append(("gb", lambda fp: str(fp.plan.global_batch)))
+    cols += [("step s", lambda fp: f"{fp.step_time_s:.2f}" if fp.step_time_s < 100 else f"{fp.step_time_s:.0f}"),
+             ("MFU", lambda fp: f"{100 * fp.mfu:.0f}%"), ("GiB", lambda fp: f"{fp.memory_gib:.0f}"),
+             ("days", lambda fp: short_days(fp.days)), ("$", lambda fp: short_money(fp.cost_usd)),
+             ("eff", lambda fp: f"{100 * fp.scaling_efficiency:.0f}%")]
+    rows = [[f(front[i]) for _, f in cols] for i in shown]
+    head = [h for h, _ in cols]
+    # drop the least telling columns until the row and its tag fit in WIDTH
+    tag_w = max([len(", ".join(tags.get(i, []))) + 2 for i in shown] + [0])
+    for drop in ("step s", "mb", "GiB", "v"):
+        widths = [max(len(h), *(len(r[j]) for r in rows)) for j, h in enumerate(head)]
+        if sum(widths) + len(widths) - 1 + tag_w <= WIDTH:
+            break
+        j = head.index(drop)
+        head.pop(j)
+        for r in rows:
+            r.pop(j)
+    widths = [max(len(h), *(len(r[j]) for r in rows)) for j, h in enumerate(head)]
     left = {1} if multi else set()
 
     def fmt(cells):
-        return " ".join(c.ljust(widths[i]) if i in left else c.rjust(widths[i]) for i, c in enumerate(cells)).rstrip()
+        return " ".join(c.ljust(widths[j]) if j in left else c.rjust(widths[j]) for j, c in enumerate(cells))
 
-    lines.append(fmt(head))
-    lines.append(" ".join("-" * w for w in widths))
-    for i, r in enumerate(rows):
-        mark = "*" if res.recommended_index == i else ""
-        lines.append(fmt(r) + (" " + mark if mark else ""))
-    lines += _wrap("v: virtual stages; z: ZeRO stage; rc: recomputation (fK: full on K layers/stage); GiB: peak "
-                   "memory per GPU; eff: tokens/s per GPU vs the smallest count on the front; b: binding "
-                   "constraint at that count (m memory, c comm ratio); *: recommended", first="")
+    out = [fmt(head).rstrip(), " ".join("-" * w for w in widths)]
+    for i, r in zip(shown, rows):
+        mark = "*" if res.recommended_index == i else " "
+        note = ", ".join(tags.get(i, []))
+        out.append((fmt(r) + f" {mark}{note}").rstrip())
+    uneven = [front[i].plan for i in shown if front[i].plan.first_stage_layers is not None]
+    legend = (f"pp {_pp(uneven[0])}: {uneven[0].pp} stages, the first and last of {uneven[0].first_stage_layers} "
+              "layers (uneven split); " if uneven else "")
+    legend += ("v: virtual stages; " if "v" in head else "") + "z: ZeRO stage; rc: recomputation"
+    legend += " (fK: full on K layers/stage)" if any(_rc(front[i].plan).startswith("f") and
+                                                     _rc(front[i].plan) != "full" for i in shown) else ""
+    legend += "; gb: global batch of the plan" if "gb" in head else ""
+    legend += "; GiB: peak memory per GPU" if "GiB" in head else ""
+    ref = [fp for fp in front if fp.scaling_efficiency >= 1.0 - 1e-9]
+    legend += ("; eff: scaling efficiency, GPU-hours of the cheapest plan of the GPU type"
+               + (f" ({ref[0].num_gpus:,} GPUs)" if len(ref) == 1 else "") + " / the plan's; *: recommended")
+    return out + _wrap(legend, first="")
+
+
+def format_table(res, show_all: bool = False) -> str:
+    inp, st, front = res.inputs, res.stats, res.front
+    tol = res.request.global_batch_tolerance
+    batch = "/".join(map(str, inp.global_batch)) + (f" (+-{100 * tol:g}%, per plan below)" if tol else "")
+    lines = _wrap(
+        f"plan-search: {inp.model} ({inp.params / 1e9:.1f}B params) on {', '.join(inp.systems)}; "
+        f"{_tokens(inp.tokens)} tokens, global batch {batch} x {inp.seq_len:,} tokens", first="")
     lines.append("")
     lines += _recommended(res)
     lines.append("")
+    shown = list(range(len(front))) if show_all else short_front(res)
+    what = (f"front of GPU count, days and dollars: {_plural(len(front), 'non-dominated point')} "
+            f"(of {_plural(st.feasible, 'feasible plan')})")
+    if len(shown) < len(front):
+        what += f"; {len(shown)} shown, every point with --all or --format csv/json"
+    lines += _wrap(what, first="")
+    lines += _front_table(res, shown)
+    others = getattr(res, "other_fronts", None) or []
+    for name in inp.systems:
+        if others and not any(fp.gpu == name for fp in front):
+            own = [fp for fp in others if fp.gpu == name]
+            if own:
+                best = min(own, key=lambda fp: fp.days)
+                cheap = min(own, key=lambda fp: fp.cost_usd)
+                lines += _wrap(f"{name}: dominated, no point on the front; its own fastest is "
+                               f"{short_days(best.days)} days for ${short_money(best.cost_usd)} on "
+                               f"{best.num_gpus:,} GPUs, its cheapest ${short_money(cheap.cost_usd)} in "
+                               f"{short_days(cheap.days)} days on {cheap.num_gpus:,}", first="")
+    lines.append("")
     proven = "proven optimal" if st.proven_optimal else "NOT proven optimal (time limit)"
     lines += _wrap(
-        f"search: {st.candidates:,} candidates over {st.gpu_counts:,} GPU counts, {st.memory_rejected:,} over "
-        f"memory, {st.comm_rejected:,} over the comm ratio, {st.feasible:,} feasible; {st.solver_candidates:,} "
-        f"to {st.solver} after pruning ({st.solves} solves); enumerate {st.enumerate_s:.2f} s, evaluate "
-        f"{st.evaluate_s:.2f} s, solve {st.solve_s:.2f} s, total {st.total_s:.2f} s; {proven}", first="")
+        f"search: {st.candidates:,} candidates over {_plural(st.gpu_counts, 'GPU count')}, {st.memory_rejected:,} "
+        f"over memory, {st.comm_rejected:,} over the comm ratio, {st.feasible:,} feasible; "
+        f"{st.solver_candidates:,} to {st.solver} after pruning ({_plural(st.solves, 'solve')}); "
+        f"total {st.total_s:.2f} s; {proven}", first="")
     return "\n".join(lines)
 
 
 def _recommended(res) -> list[str]:
     e = res.recommended
     p = e.plan
-    lines = _wrap(f"recommended ({res.objective}): {p.num_gpus} x {e.cluster}", first="")
-    lines += _wrap(res.reason)
-    lines += _wrap(_plan_line(p))
     run = e.run
+    head = f"recommended: {p.num_gpus:,} x {e.cluster}"
+    if run is not None:
+        head += f", {run.days:,.1f} days, ${run.cost_usd:,.0f}"
+    lines = _wrap(head + f" ({res.objective})", first="")
+    lines += _wrap(res.reason)
+    lines += _wrap("plan: " + _plan_line(p))
     lines += _wrap(
         f"step {e.step_time_s:.3f} s, {e.tokens_per_s:,.0f} tokens/s ({e.tokens_per_s_per_gpu:,.0f}/GPU), MFU "
-        f"{100 * e.mfu:.1f}%, exposed comm {100 * e.comm_ratio:.1f}% of the step, bottleneck {e.bottleneck}")
+        f"{100 * e.mfu:.1f}%, exposed comm {100 * e.comm_ratio:.1f}% of the step")
     if run is not None:
         lines += _wrap(f"run: {run.days:,.2f} days, {run.gpu_hours:,.0f} GPU-hours, ${run.cost_usd:,.0f}, "
                        f"{run.energy_kwh:,.0f} kWh ({e.power_kw:,.1f} kW)")
@@ -212,11 +283,13 @@ def _recommended(res) -> list[str]:
     trows = [("compute", t.compute_s), ("memory-bound", t.memory_bound_s), ("recompute", t.recompute_s),
              ("TP comm", t.tp_comm_s), ("CP comm", t.cp_comm_s), ("PP comm", t.pp_comm_s),
              ("bubble", t.bubble_s), ("DP comm", t.dp_comm_s), ("optimizer", t.optimizer_s),
-             ("overhead", t.overhead_s), ("step", e.step_time_s)]
+             ("overhead", t.overhead_s)]
     mrows = [("weights", m.weights_gib), ("gradients", m.gradients_gib), ("optimizer", m.optimizer_gib),
              ("activations", m.activations_gib), ("ZeRO-3 buffer", m.zero3_gather_buffer_gib),
-             ("framework", m.framework_overhead_gib), ("peak", m.peak_gib),
-             ("usable", m.usable_gib), ("capacity", m.capacity_gib)]
+             ("framework", m.framework_overhead_gib)]
+    # rows that are zero say nothing: the step's and the memory's parts that are there
+    trows = [(k, v) for k, v in trows if v >= 0.0005] + [("step", e.step_time_s)]
+    mrows = [(k, v) for k, v in mrows if v >= 0.005] + [("peak", m.peak_gib), ("usable", m.usable_gib)]
     left = [f"  {'time per step':<14} {'s':>8} {'%':>6}"] + [
         f"  {k:<14} {v:8.3f} {100 * v / step:5.1f}%" for k, v in trows]
     right = [f"{'memory/GPU (' + m.worst_stage + ')':<20} {'GiB':>7}"] + [f"{k:<20} {v:7.2f}" for k, v in mrows]
@@ -224,7 +297,23 @@ def _recommended(res) -> list[str]:
         a = left[i] if i < len(left) else ""
         b = right[i] if i < len(right) else ""
         lines.append(f"{a:<36}  {b}".rstrip())
+    cmd = getattr(res, "recommended_command", None)
+    if cmd:
+        lines.append("  the same plan in plan-estimate:")
+        lines += _command_lines(cmd)
     return lines
+
+
+def _command_lines(cmd: str, indent: str = "    ") -> list[str]:
+    """A shell command folded at WIDTH with ``\\`` continuations, so it still pastes."""
+    out, cur = [], indent
+    for word in cmd.split():
+        if cur.strip() and len(cur) + 1 + len(word) + 2 > WIDTH:
+            out.append(cur + " \\")
+            cur = indent + "  " + word
+        else:
+            cur = (cur + " " + word) if cur.strip() else cur + word
+    return out + [cur]
 
 
 CSV_FIELDS = ("gpu", "num_gpus", "nodes", "tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch",
@@ -250,6 +339,7 @@ def format_csv(res) -> str:
 
 # ------------------------------------------------------------------ command
 @click.command(cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name="plan-search", message="%(prog)s %(version)s")
 @click.option("--model", "model_ref", default=None, help="catalog model name/alias or model file")
 @click.option("--gpu", "gpu_ref", default=None, help="system(s): catalog names or cluster files, comma separated "
               "(one front across them)")
@@ -260,8 +350,9 @@ def format_csv(res) -> str:
 @click.option("--max-gpus", type=int, default=None, help="every node multiple up to N")
 @click.option("--min-gpus", type=int, default=None, help="smallest GPU count")
 @click.option("--max-nodes", type=int, default=None, help="cap GPU counts at N nodes")
-@click.option("--global-batch", default=None, help="sequences per step: 1536, 1024,2048 or 1024..2048 "
-              "[default: the model's]")
+@click.option("--global-batch", default=None, help="sequences per step: 1536, 1024,2048 or 1024..2048; "
+              "1536~5% lets each plan use the batch nearest 1536 (within 5%) that its dp divides "
+              "[default: the model's, exactly]")
 @click.option("--seq-len", type=int, default=None, help="sequence length [default: the model's]")
 @click.option("--tokens", default=None, help="training tokens, e.g. 300e9 or 300B [default: 300B]")
 @click.option("--deadline-days", type=float, default=None, help="the run must finish within this many days")
@@ -270,32 +361,28 @@ def format_csv(res) -> str:
 @click.option("--memory-headroom", type=float, default=None, help="fraction of GPU memory kept free [default: 0.1]")
 @click.option("--max-comm-ratio", type=float, default=None,
               help="max exposed (not hidden) communication as a share of the step, e.g. 0.1")
-@click.option("--tp", default=None, help="tensor-parallel degrees, e.g. 8 or 1,2,4,8")
-@click.option("--pp", default=None, help="pipeline stages, e.g. 1..16")
-@click.option("--cp", default=None, help="context-parallel degrees (powers of two)")
-@click.option("--vpp", default=None, help="virtual stages per GPU")
-@click.option("--micro-batch", default=None, help="micro-batch sizes")
-@click.option("--zero", default=None, help="ZeRO stages, e.g. 0,1")
-@click.option("--recompute", default=None, help="none,selective,full,partial (any subset)")
-@click.option("--recompute-layers", default=None, help="k values of partial recomputation (layers/stage)")
-@click.option("--sequence-parallel", type=click.Choice(["on", "off", "both"]), default=None,
-              help="sequence parallelism when tp > 1 [default: on]")
+@knob_options(multi=True)
 @click.option("--allow-cross-node-tp", is_flag=True, default=False, help="let tp groups span NVLink domains")
 @click.option("--max-cp", type=int, default=None, help="default cp domain cap [default: seq_len/1024]")
 @click.option("--max-vpp", type=int, default=None, help="default vpp domain cap [default: none]")
 @click.option("--max-micro-batch", type=int, default=None, help="default micro-batch cap [default: 8]")
-@click.option("--bf16-grads", is_flag=True, default=False, help="half-precision gradient reduction (default fp32)")
-@click.option("--no-overlap-tp-comm", is_flag=True, default=False, help="no TP communication overlap")
-@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), default=None, help="GEMM precision")
-@click.option("--objective", type=click.Choice(["fastest", "cheapest", "fewest-gpus", "least-energy", "best-mfu"]),
-              default=None, help="what the recommended plan optimises [default: fastest]")
+@click.option("--objective", type=click.Choice(["balanced", "fastest", "cheapest", "fewest-gpus", "least-energy",
+                                                "best-mfu"]), default=None,
+              help="what the recommended plan optimises [default: balanced: with --deadline-days the cheapest "
+              "plan that meets it, with --budget-usd the fastest within it, else the fastest plan whose scaling "
+              "efficiency is at least --min-efficiency]")
+@click.option("--min-efficiency", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=None,
+              help="balanced objective: lowest scaling efficiency accepted for speed, e.g. 0.9 [default: 0.8]")
+@click.option("--all", "show_all", is_flag=True, default=False,
+              help="table: every point of the front (default: the landmarks and a few points between)")
 @click.option("--solver", type=click.Choice(["cpsat", "exhaustive"]), default=None, help="[default: cpsat]")
 @click.option("--time-limit", type=float, default=None, help="seconds for the whole search [default: 10]")
-@click.option("--workers", type=int, default=None, help="CP-SAT workers [default: 1]")
+@click.option("--solver-threads", "workers", type=int, default=None, help="CP-SAT worker threads [default: 1]")
 @click.option("--seed", type=int, default=None, help="CP-SAT random seed [default: 0]")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="what-if override of every system, e.g. gpu.hbm_bandwidth_gbps=3000 (repeatable)")
-@click.option("--format", "fmt", type=FORMATS, default="table", show_default=True, help="output format")
+@click.option("--format", "fmt", type=FORMATS, default=None,
+              help="output format [default: table; json for a --request file, or the request's format]")
 @click.option("--schema", type=click.Choice(["request", "result"]), default=None,
               help="print the JSON Schema of the request or the result and exit")
 @click.option("--framework", type=click.Choice(["megatron", "deepspeed", "torchtitan", "nemo"]), default=None,
@@ -307,10 +394,11 @@ def format_csv(res) -> str:
               "(pip install 'plan-search[plot]')")
 @guarded
 def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, global_batch, seq_len, tokens,
-         deadline_days, budget_usd, max_power_kw, memory_headroom, max_comm_ratio, tp, pp, cp, vpp, micro_batch,
-         zero, recompute, recompute_layers, sequence_parallel, allow_cross_node_tp, max_cp, max_vpp,
-         max_micro_batch, bf16_grads, no_overlap_tp_comm, precision, objective, solver,
-         time_limit, workers, seed, sets, fmt, schema, framework=None, emit=False, plot_file=None) -> None:
+         deadline_days, budget_usd, max_power_kw, memory_headroom, max_comm_ratio, 
+         allow_cross_node_tp, max_cp, max_vpp,
+         max_micro_batch, objective, solver,
+         time_limit, workers, seed, sets, fmt, schema, framework=None, emit=False, plot_file=None, min_efficiency=None, show_all=False,
+         **knob_args) -> None:
     """Search parallel plans (tp, pp, dp, cp, vpp, micro-batch, ZeRO, recomputation, SP) and GPU
     counts for the Pareto front of GPU count, training days and dollars, under memory,
     communication, deadline, budget and power limits; recommend one plan.
@@ -352,11 +440,16 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
             data.pop("gpus", None)
         data.update({k: v for k, v in parsed.items() if v is not None})
     for key, val in (("max_gpus", max_gpus), ("min_gpus", min_gpus), ("max_nodes", max_nodes),
-                     ("seq_len", seq_len), ("workers", workers), ("seed", seed)):
+                     ("seq_len", seq_len), ("solver_threads", workers), ("seed", seed)):
         if val is not None:
             data[key] = val
     if global_batch:
-        data["global_batch"] = parse_global_batch(global_batch)
+        text, tol = split_batch_tolerance(global_batch)
+        data["global_batch"] = parse_global_batch(text)
+        if tol is not None:
+            data["global_batch_tolerance"] = tol
+    if min_efficiency is not None:
+        data["min_scaling_efficiency"] = min_efficiency
     if tokens:
         data["tokens"] = parse_tokens(tokens)
     for key, val in (("deadline_days", deadline_days), ("budget_usd", budget_usd), ("max_power_kw", max_power_kw),
@@ -370,28 +463,20 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
             data[key] = val
     if emit and not (framework or data.get("framework")):
         raise click.UsageError("--emit needs --framework megatron|deepspeed|torchtitan|nemo")
-    for key, val in (("precision", precision), ("objective", objective), ("solver", solver),
+    for key, val in (("objective", objective), ("solver", solver),
                      ("framework", framework)):
         if val is not None:
             data[key] = val
-    for key, val in (("tp", tp), ("pp", pp), ("cp", cp), ("vpp", vpp), ("micro_batch", micro_batch),
-                     ("zero", zero), ("recompute_layers", recompute_layers)):
-        if val is not None:
-            knobs[key] = (parse_int_set(val, "zero", limit=3, minimum=0) if key == "zero"
-                          else parse_int_set(val, key.replace("_", "-")))
-    if recompute:
-        knobs["recompute"] = [r.strip() for r in recompute.split(",") if r.strip()]
-    if sequence_parallel:
-        knobs["sequence_parallel"] = {"on": [True], "off": [False], "both": [True, False]}[sequence_parallel]
+    given = collect(knob_args, multi=True)
+    for key in given:
+        if key in data:  # a request file's top-level knob: the option replaces it
+            data.pop(key)
+    knobs.update(given)
     if allow_cross_node_tp:
         knobs["allow_cross_node_tp"] = True
     for key, val in (("max_cp", max_cp), ("max_vpp", max_vpp), ("max_micro_batch", max_micro_batch)):
         if val is not None:
             knobs[key] = val
-    if bf16_grads:
-        data["fp32_grads"] = False
-    if no_overlap_tp_comm:
-        data["overlap_tp_comm"] = False
     data["knobs"] = Knobs(**knobs)
     if sets:
         data["sets"] = list(data.get("sets") or []) + list(sets)
@@ -407,7 +492,7 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
         result = search(request)
     except NoFeasiblePlan as exc:
         raise Infeasible(str(exc)) from None
-    f = fmt.lower()
+    f = (fmt or request.format or ("json" if request_file else "table")).lower()
     launch = None
     if emit:
         from plan_search.models.resolve import resolve_model
@@ -429,7 +514,7 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
     elif f == "csv":
         click.echo(format_csv(result))
     else:
-        click.echo(format_table(result))
+        click.echo(format_table(result, show_all=show_all))
     if launch is not None and f != "json":
         click.echo(f"\n{request.framework} launch configuration of the recommended plan:")
         click.echo(launch.text)

@@ -9,10 +9,13 @@ rerun the same command to resume), 1 a worker process died (the same).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import click
+
+from plan_search import __version__
 
 from plan_search.cli.common import EXIT_INFEASIBLE, guarded, OneLineCommand, short_days, short_money
 
@@ -71,6 +74,7 @@ def format_summary(df, axes) -> str:
 
 
 @click.command(cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name="plan-sweep", message="%(prog)s %(version)s")
 @click.argument("sweep_file", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
               help="the table: .csv or .parquet [default: SWEEP_FILE with the format's suffix]")
@@ -102,7 +106,9 @@ def main(sweep_file, output, fmt, executor, workers, ray_address, plot_file, plo
     Resumable: rerun with the same output and finished scenarios are skipped. Exit 0 with a
     table, 2 on bad input, 3 when no scenario is feasible, 130 when interrupted.
     """
-    from plan_search.planner.sweep import WorkerLost, load_sweep, output_format, require_parquet, run_sweep
+    from plan_search.models.io import short_repr
+    from plan_search.models.output import check_output
+    from plan_search.planner.sweep import WorkerLost, check_sweep_output, load_sweep, run_sweep
 
     sweep = load_sweep(sweep_file)
     if list_only:
@@ -112,16 +118,18 @@ def main(sweep_file, output, fmt, executor, workers, ray_address, plot_file, plo
     if output is None:
         f = (fmt or "csv").lower()
         output = str(Path(sweep_file).with_suffix(".parquet" if f == "parquet" else ".csv"))
-    f = output_format(output, fmt)
-    if f == "parquet":
-        require_parquet()
+    # every output is checked before anything runs: a regular file or none, never an input
+    out_path, f = check_sweep_output(sweep, output, fmt)
     if plot_file:  # fail before running, not after
         from plan_search.planner.plots import require_matplotlib
 
         require_matplotlib()
         if plot_x is not None and plot_x not in sweep.axes:
-            raise click.BadParameter(f"{plot_x!r} is not an axis of the sweep ({', '.join(sweep.axes) or 'none'})",
-                                     param_hint="--plot-x")
+            raise click.BadParameter(f"{short_repr(plot_x)} is not an axis of the sweep "
+                                     f"({', '.join(sweep.axes) or 'none'})", param_hint="--plot-x")
+        plot_path = check_output(plot_file, "--plot", list(sweep.inputs) + [out_path])
+        if os.path.abspath(plot_path) in (os.path.abspath(out_path), os.path.abspath(str(out_path) + ".journal")):
+            raise click.BadParameter("the plot and the table must be different files", param_hint="--plot")
     try:
         run = run_sweep(sweep, output, fmt=f, executor=executor, workers=workers, overwrite=overwrite,
                         progress=not quiet, ray_address=ray_address)
@@ -130,6 +138,9 @@ def main(sweep_file, output, fmt, executor, workers, ray_address, plot_file, plo
         sys.exit(1)
     c = run.counts
     done = sum(c.values())
+    if run.dropped:
+        click.echo(f"resume: {run.dropped} damaged scenario(s) in {short_repr(str(output))} or its journal (a line cut "
+                   "short, rows missing or unreadable) were dropped and run again", err=True)
     if summary and len(run.frame):
         click.echo(format_summary(run.frame, sweep.axes))
     click.echo(f"wrote {run.output}: {len(run.frame)} rows, {done} of {run.scenarios} scenarios "
@@ -138,7 +149,7 @@ def main(sweep_file, output, fmt, executor, workers, ray_address, plot_file, plo
     if c.get("error"):
         df = run.frame
         for _, r in df[df["status"] == "error"].drop_duplicates("scenario").head(5).iterrows():
-            click.echo(f"  scenario {r['scenario']}: error: {r['message']}", err=True)
+            click.echo(f"  scenario {r['scenario']}: error: {short_repr(str(r['message']), 300)}", err=True)
     if run.interrupted:
         click.echo(f"interrupted: {done} of {run.scenarios} scenarios kept in {run.output}; rerun the same "
                    "command to resume", err=True)
@@ -148,6 +159,10 @@ def main(sweep_file, output, fmt, executor, workers, ray_address, plot_file, plo
 
         plot_sweep(run.frame, plot_file, axes=sweep.axes, x=plot_x)
         click.echo(f"wrote {plot_file}")
+    if not c.get("ok") and not c.get("infeasible") and run.input_errors and run.input_errors == c.get("error"):
+        click.echo("error: every scenario is bad input (see the message column); nothing was feasible to plan",
+                   err=True)
+        sys.exit(2)
     if not c.get("ok"):
         click.echo("infeasible: no scenario has a feasible plan (see the status, reason and message columns)",
                    err=True)

@@ -7,6 +7,7 @@ bound, a mapping at the top, and errors that name the file and the field.
 
 from __future__ import annotations
 
+import itertools
 import json
 import reprlib
 from pathlib import Path
@@ -58,6 +59,34 @@ def short_repr(value: Any, limit: int = 60) -> str:
     """
     text = _REPR.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_TOKEN_SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+_TOKEN_RE = None
+
+
+def parse_token_count(value: Any, where: str = "tokens") -> float:
+    """A token count as every interface takes it: ``3e11``, ``300e9``, ``300000000000``,
+    ``300B``, ``1.4T``, ``250M``, ``50k`` (a number, or text; YAML reads ``300e9`` as text).
+    Raises :class:`InputError` naming ``where``; a boolean is not a count."""
+    import math
+    import re
+
+    global _TOKEN_RE
+    if isinstance(value, bool):
+        raise InputError(f"{where}: {value!r} is not a token count (e.g. 300e9 or 300B)")
+    if isinstance(value, (int, float)):
+        v = float(value)
+    else:
+        if _TOKEN_RE is None:
+            _TOKEN_RE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgGtT]?)\s*")
+        m = _TOKEN_RE.fullmatch(str(value)[:100])
+        if not m:
+            raise InputError(f"{where}: {short_repr(value)} is not a token count (e.g. 300e9 or 300B)")
+        v = float(m.group(1)) * _TOKEN_SUFFIX[m.group(2).lower()]
+    if not math.isfinite(v) or v <= 0:
+        raise InputError(f"{where}: {short_repr(value)} must be a positive, finite token count")
+    return v
 
 
 def validation_message(exc: ValidationError, where: str = "") -> str:
@@ -124,6 +153,46 @@ def load_stream(stream: BinaryIO, what: str = "document", name: str = "stdin") -
     return parse_document(_decode(_read_bounded(stream, what, name), what, name), f"{what} {name}")
 
 
+#: Most values a YAML document may stand for once its aliases are expanded (each container and
+#: scalar counts one), when aliases add to it: ``&a [x, x, ...]`` repeated by ``*a`` ten deep is a
+#: few hundred bytes of text and 10**10 values to whatever walks it (a copy, a JSON dump, a
+#: validator). A document without aliases is bounded by MAX_DOCUMENT_BYTES instead.
+MAX_EXPANDED_VALUES = 1_000_000
+
+
+def check_expansion(data: Any, what: str = "document", limit: int = MAX_EXPANDED_VALUES) -> None:
+    """Refuse a loaded YAML value whose aliases expand it past ``limit`` values, or that contains
+    itself (``&a [*a]``), before anything walks it: the size is counted once per distinct
+    container (memoised by identity), so this takes time in the size of the text, not of the
+    expansion. Without aliases nothing is shared and nothing is refused here."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    shared = False
+
+    def size(v: Any) -> int:
+        nonlocal shared
+        if not isinstance(v, (dict, list)):
+            return 1
+        i = id(v)
+        if i in sizes:
+            shared = True
+            return sizes[i]
+        if i in on_path:
+            raise InputError(f"{what}: a YAML alias refers to a value that contains it (a cycle); "
+                             "write the value out")
+        on_path.add(i)
+        n = 1
+        for x in (itertools.chain(v.keys(), v.values()) if isinstance(v, dict) else v):
+            n += size(x)
+        on_path.discard(i)
+        sizes[i] = n = min(n, 10 * limit)  # capped: no huge integers from deep doubling
+        return n
+
+    if size(data) > limit and shared:
+        raise InputError(f"{what}: YAML aliases expand it to more than {limit:,} values; write the "
+                         "repeated parts out, or use fewer aliases")
+
+
 _KINDS = {list: "list", str: "string", int: "number", float: "number", bool: "boolean", bytes: "binary value"}
 
 
@@ -148,8 +217,10 @@ def parse_document(text: str, what: str = "document") -> dict[str, Any]:
                     data = yaml.safe_load(text)
                 except (yaml.YAMLError, ValueError):
                     raise json_exc from None
+                check_expansion(data, what)
         else:
             data = yaml.safe_load(text)
+            check_expansion(data, what)
     except RecursionError:
         raise InputError(f"{what}: not valid YAML/JSON (nested too deeply)") from None
     except (yaml.YAMLError, json.JSONDecodeError, ValueError, OverflowError) as exc:

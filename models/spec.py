@@ -52,7 +52,7 @@ MAX_LAYERS = 10_000
 class ModelSpec(BaseModel):
     """A decoder-only transformer, as plain data (litgpt ``Config`` style)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)  # schema built on first use: fast CLI start
 
     name: str = Field(min_length=1, description="catalog name or a label for the model")
     num_layers: int = Field(gt=0, le=MAX_LAYERS, description="transformer blocks (l)")

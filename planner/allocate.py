@@ -122,17 +122,11 @@ class Pool(_Doc):
         return out
 
 
-_SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
-
-
 def parse_tokens(value) -> float:
-    """``2e12``, ``"300B"``, ``"1.5T"`` -> tokens."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgGtT]?)\s*", str(value))
-    if not m:
-        raise ValueError(f"{value!r} is not a token count (e.g. 300e9 or 300B)")
-    return float(m.group(1)) * _SUFFIX[m.group(2).lower()]
+    """``2e12``, ``"300B"``, ``"1.5T"`` -> tokens (:func:`plan_search.models.io.parse_token_count`)."""
+    from plan_search.models.io import parse_token_count
+
+    return parse_token_count(value, "tokens")
 
 
 class Job(_Doc):

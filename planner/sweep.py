@@ -56,7 +56,8 @@ from typing import Any, Callable, Iterable, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from plan_search.models.io import InputError, load_document, validation_message
+from plan_search.models.io import (InputError, expand_path, load_document, parse_token_count, short_repr,
+                                   validation_message)
 
 from plan_search.planner.search.request import Knobs, NoFeasiblePlan, SearchRequest
 
@@ -72,10 +73,10 @@ RESULT_COLUMNS = (
     "cp", "vpp", "micro_batch", "plan_global_batch", "grad_accum", "zero", "recompute", "recompute_layers",
     "sequence_parallel", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "memory_gib",
     "memory_usable_gib", "comm_ratio", "days", "gpu_hours", "cost_usd", "energy_kwh", "power_kw",
-    "scaling_efficiency", "bottleneck", "binding", "proven_optimal", "search_s", "message",
+    "scaling_efficiency", "bottleneck", "binding", "proven_optimal", "search_s", "message", "scenario_rows",
 )
 HEAD_COLUMNS = ("scenario", "scenario_key")
-_INT = ("scenario", "point", "num_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch", "plan_global_batch",
+_INT = ("scenario", "scenario_rows", "point", "num_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch", "plan_global_batch",
         "grad_accum", "zero", "recompute_layers")
 _BOOL = ("on_front", "recommended", "sequence_parallel", "proven_optimal")
 _TEXT = ("scenario_key", "status", "reason", "system", "recompute", "bottleneck", "binding", "message")
@@ -126,21 +127,13 @@ class Sweep:
     scenarios: list[Scenario]
     combine: str
     name: str | None = None
-
-
-_SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+    #: files the sweep reads (the sweep file, model and cluster files): never an output
+    inputs: list[Path] = field(default_factory=list)
 
 
 def parse_tokens(value: Any, where: str = "tokens") -> float:
-    """``3e11``, ``300e9`` (YAML reads it as text), ``300B``, ``1.4T`` -> a float."""
-    if isinstance(value, bool):
-        raise InputError(f"{where}: {value!r} is not a token count")
-    if isinstance(value, (int, float)):
-        return float(value)
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgGtT]?)\s*", str(value))
-    if not m:
-        raise InputError(f"{where}: {value!r} is not a token count (e.g. 300e9 or 300B)")
-    return float(m.group(1)) * _SUFFIX[m.group(2).lower()]
+    """``3e11``, ``300e9`` (YAML reads it as text), ``300B``, ``1.4T`` -> a float (models.io)."""
+    return parse_token_count(value, where)
 
 
 def axis_kind(name: str) -> str:
@@ -290,7 +283,22 @@ def _check_resolvable(scenarios: list[Scenario], where: str) -> None:
 
 
 def load_sweep(path: str | Path) -> Sweep:
-    return build_sweep(load_document(path, "sweep"), f"sweep {Path(path).name}")
+    sw = build_sweep(load_document(path, "sweep"), f"sweep {short_repr(Path(path).name)}")
+    sw.inputs = [Path(path)] + input_files(sw)
+    return sw
+
+
+def input_files(sweep: Sweep) -> list[Path]:
+    """The model and cluster files the scenarios name (existing regular files only)."""
+    out: list[Path] = []
+    for ref in {r for s in sweep.scenarios for r in [s.request.model, *s.request.gpu]}:
+        try:
+            p = expand_path(ref)
+            if p.is_file():
+                out.append(p)
+        except (OSError, ValueError):
+            continue
+    return sorted(out)
 
 
 # ------------------------------------------------------------------ one scenario
@@ -467,50 +475,150 @@ def journal_path(output: str | Path) -> Path:
     return Path(str(output) + ".journal")
 
 
-def read_journal(path: Path) -> dict[str, dict]:
-    """key -> journal entry; a torn last line (a kill mid-write) is ignored."""
+def read_journal(path: Path, damaged: list | None = None) -> dict[str, dict]:
+    """key -> journal entry. A line that is not a complete entry (a torn last line after a kill,
+    a hand edit: not JSON, not an object with a text ``key`` and a non-empty list of row
+    objects, not UTF-8) is left out, and counted in ``damaged`` when given."""
     out: dict[str, dict] = {}
-    if not path.exists():
-        return out
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                entry = json.loads(line)
-                out[str(entry["key"])] = entry
-            except (json.JSONDecodeError, KeyError, TypeError):
-                continue
+    try:
+        if not path.exists():
+            return out
+        if not path.is_file():
+            raise InputError(f"journal {short_repr(str(path))} is not a regular file; remove it or write "
+                             "elsewhere")
+        with open(path, "rb") as f:
+            lines = f.read().split(b"\n")
+    except OSError as exc:
+        from plan_search.models.output import reason
+
+        raise InputError(f"journal {short_repr(str(path))}: cannot read it ({reason(exc)})") from None
+    for raw in lines:
+        if not raw.strip():
+            continue
+        try:
+            entry = json.loads(raw.decode("utf-8"))
+            key, rows = entry["key"], entry["rows"]
+            if not (isinstance(key, str) and isinstance(rows, list) and rows
+                    and all(isinstance(r, dict) for r in rows)):
+                raise TypeError
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, RecursionError):
+            if damaged is not None:
+                damaged.append(raw[:40])
+            continue
+        out[key] = entry
     return out
 
 
-def read_output(path: Path, fmt: str) -> dict[str, list[dict]]:
-    """key -> result rows of an existing output table (for resumption)."""
+def _number(v) -> float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+#: Cells an ``ok`` row must hold (positive, finite numbers), what a torn or edited row lacks.
+_REQUIRED_NUMBERS = ("num_gpus", "tp", "pp", "dp", "micro_batch", "step_time_s", "mfu", "memory_gib", "days",
+                     "gpu_hours", "cost_usd")
+
+
+def rows_complete(rows: Any, expected: int | None = None) -> bool:
+    """Whether ``rows`` are one scenario's complete result, as :func:`run_scenario` makes them:
+    one status for all; ``ok``: front points numbered 0, 1, ... with every figure a positive
+    number, exactly one recommended row; ``infeasible``/``error``: one row; and as many rows as
+    ``expected`` (the scenario's ``scenario_rows``, or its journal's count) when known."""
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+        return False
+    status = rows[0].get("status")
+    if status not in STATUSES or any(r.get("status") != status for r in rows):
+        return False
+    if expected is not None and len(rows) != expected:
+        return False
+    if status != "ok":
+        return len(rows) == 1
+    if sum(1 for r in rows if r.get("recommended") in (True, 1, "True", "true")) != 1:
+        return False
+    points = [r.get("point") for r in rows if r.get("point") is not None]
+    if [_number(p) for p in points] != [float(i) for i in range(len(points))] or len(rows) - len(points) > 1:
+        return False
+    for r in rows:
+        if not isinstance(r.get("system"), str) or not r.get("system"):
+            return False
+        for c in _REQUIRED_NUMBERS:
+            v = _number(r.get(c))
+            if v is None or v <= 0:
+                return False
+    return True
+
+
+def _read_table_text(path: Path) -> tuple[str, int]:
+    """The CSV's text up to its last complete line (every line this module writes ends in a
+    newline: a file that does not was cut mid-line) and the number of torn bytes left out."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        from plan_search.models.output import reason
+
+        raise InputError(f"{short_repr(path.name)}: cannot read it to resume ({reason(exc)})") from None
+    cut = 0
+    if raw and not raw.endswith(b"\n"):
+        keep = raw.rfind(b"\n") + 1
+        cut, raw = len(raw) - keep, raw[:keep]
+    try:
+        return raw.decode("utf-8"), cut
+    except UnicodeDecodeError:
+        raise InputError(f"{short_repr(path.name)}: not a plan-sweep table (not UTF-8 text); pass --overwrite "
+                         "or write elsewhere") from None
+
+
+def read_output(path: Path, fmt: str, damaged: list | None = None) -> dict[str, list[dict]]:
+    """key -> result rows of an existing output table (for resumption). Scenarios whose rows are
+    not complete (:func:`rows_complete`: a table cut mid-line or at a line boundary, an edited
+    cell) are left out, to be run again, and their keys added to ``damaged`` when given."""
+    import io
+
     import pandas as pd
 
     if not path.exists():
         return {}
+    name = short_repr(path.name)
     try:
         if fmt == "parquet":
             require_parquet()
             df = pd.read_parquet(path)
         else:
-            df = pd.read_csv(path, dtype={"scenario_key": str, "status": str, "reason": str, "message": str,
-                                          "binding": str, "bottleneck": str, "system": str}, keep_default_na=True)
+            text, torn = _read_table_text(path)
+            if torn and damaged is not None:
+                damaged.append("torn last line")
+            if not text.strip():
+                return {}
+            df = pd.read_csv(io.StringIO(text), dtype={"scenario_key": str, "status": str, "reason": str,
+                                                       "message": str, "binding": str, "bottleneck": str,
+                                                       "system": str}, keep_default_na=True)
     except InputError:
         raise
     except Exception as exc:  # noqa: BLE001
-        raise InputError(f"{path.name}: cannot read it to resume ({' '.join(str(exc).split())}); "
+        raise InputError(f"{name}: cannot read it to resume ({short_repr(' '.join(str(exc).split()), 200)}); "
                          "pass --overwrite to start over") from None
     if "scenario_key" not in df.columns or "status" not in df.columns:
-        raise InputError(f"{path.name}: not a plan-sweep table (no scenario_key column); pass --overwrite "
+        raise InputError(f"{name}: not a plan-sweep table (no scenario_key column); pass --overwrite "
                          "or write elsewhere")
     out: dict[str, list[dict]] = {}
+    counts: dict[str, Any] = {}
     cols = [c for c in RESULT_COLUMNS if c in df.columns]
     for rec in df[["scenario_key"] + cols].to_dict("records"):
         clean = {k: (None if _isna(v) else v) for k, v in rec.items()}
-        out.setdefault(str(clean.pop("scenario_key")), []).append(clean)
+        key = str(clean.pop("scenario_key"))
+        out.setdefault(key, []).append(clean)
+        counts.setdefault(key, clean.get("scenario_rows"))
+    for key in list(out):
+        n = _number(counts.get(key))
+        if not rows_complete(out[key], int(n) if n is not None else None) or key in ("None", "nan", ""):
+            del out[key]
+            if damaged is not None:
+                damaged.append(key)
     return out
 
 
@@ -534,6 +642,7 @@ def build_frame(sweep: Sweep, results: dict[str, list[dict]]):
             rec = {"scenario": s.index, "scenario_key": s.key}
             rec.update(s.params)
             rec.update({c: r.get(c) for c in RESULT_COLUMNS})
+            rec["scenario_rows"] = len(rows)
             records.append(rec)
     columns = list(HEAD_COLUMNS) + list(sweep.axes) + list(RESULT_COLUMNS)
     df = pd.DataFrame.from_records(records, columns=columns)
@@ -547,19 +656,16 @@ def build_frame(sweep: Sweep, results: dict[str, list[dict]]):
     return df
 
 
-def write_frame(df, path: Path, fmt: str) -> None:
-    """Write atomically (a temporary file beside it, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+def write_frame(df, path: Path, fmt: str, shown: str | Path | None = None) -> None:
+    """Write atomically (:func:`plan_search.models.output.atomic_output`: a temporary file beside
+    it, fsynced, renamed): a full disk or a kill leaves the previous table whole."""
+    from plan_search.models.output import atomic_output
+
+    with atomic_output(path, "output", shown) as tmp:
         if fmt == "parquet":
             df.to_parquet(tmp, index=False)
         else:
             df.to_csv(tmp, index=False)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 # ------------------------------------------------------------------ executors
@@ -578,6 +684,22 @@ def _worker_init() -> None:
     except OSError:  # pragma: no cover
         pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _watch_parent(os.getppid())
+
+
+def _watch_parent(parent: int, interval_s: float = 0.5) -> None:
+    """End this worker when its parent is gone (killed with SIGKILL, which nothing can catch):
+    a daemon thread polls the parent id (a dead parent's children are re-parented). A worker
+    that outlived the command would block on its queue forever, holding the terminal's stdout."""
+    import threading
+
+    def watch():
+        while True:
+            time.sleep(interval_s)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="plan-sweep-parent-watch", daemon=True).start()
 
 
 def _local(todo: list[Scenario], workers: int) -> Iterator[dict]:
@@ -673,37 +795,107 @@ class SweepRun:
     counts: dict[str, int] = field(default_factory=dict)
     elapsed_s: float = 0.0
     interrupted: bool = False
+    #: scenarios found damaged in the output or its journal (torn, cut short, edited): run again
+    dropped: int = 0
+    #: scenarios whose error is bad input (an InputError in the search: a limit, a model/GPU mismatch)
+    input_errors: int = 0
+
+
+def check_sweep_output(sweep: Sweep, output: str | Path, fmt: str | None = None,
+                       extra_inputs: Iterable[str | Path] = ()) -> tuple[Path, str]:
+    """The output's path and format if it may be written (before anything runs): a regular file
+    or none, not one of the sweep's inputs (by device and inode), its journal likewise."""
+    from plan_search.models.output import check_output
+
+    fmt = output_format(output, fmt)
+    if fmt == "parquet":
+        require_parquet()
+    inputs = list(sweep.inputs) + list(extra_inputs)
+    path = check_output(output, "--output", inputs, make_parents=True, overwrite_option=True)
+    check_output(journal_path(path), "--output (its journal)", inputs, make_parents=True, overwrite_option=True)
+    return path, fmt
+
+
+class _TermAsInterrupt:
+    """SIGTERM (what ``timeout``, ``kill`` and schedulers send) and SIGHUP raise KeyboardInterrupt
+    in the main thread, as Ctrl-C does: the pool is ended and what finished is written."""
+
+    SIGNALS = ("SIGTERM", "SIGHUP")
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        self.old = {}
+        if threading.current_thread() is not threading.main_thread():
+            return self
+
+        def handler(signum, frame):
+            raise KeyboardInterrupt(f"signal {signum}")
+
+        for name in self.SIGNALS:
+            sig = getattr(signal, name, None)
+            if sig is not None:
+                self.old[sig] = signal.signal(sig, handler)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        for sig, old in self.old.items():
+            signal.signal(sig, old)
+        return False
+
+
+def _ray_available() -> None:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise InputError("--executor ray needs Ray: pip install 'plan-search[ray]' (or pip install ray); "
+                         "nothing was run") from None
 
 
 def run_sweep(sweep: Sweep, output: str | Path, *, fmt: str | None = None, executor: str = "local",
               workers: int | None = None, overwrite: bool = False, progress: bool = True, stream=None,
               ray_address: str | None = None, on_result: Callable[[dict], None] | None = None) -> SweepRun:
     """Run the scenarios not yet in ``output`` (or its journal), write the table. See the module
-    docstring. ``on_result`` is called with every finished scenario (after it is journaled)."""
+    docstring. ``on_result`` is called with every finished scenario (after it is journaled).
+
+    Every precondition is checked before anything is read, run or removed: the output (a
+    regular file or none, not an input of the sweep), the format, the executor (Ray installed),
+    the workers; ``overwrite`` then ignores the existing table and journal (the table is replaced
+    atomically when the sweep ends, never deleted up front)."""
     t0 = time.perf_counter()
-    output = Path(output)
-    fmt = output_format(output, fmt)
-    if fmt == "parquet":
-        require_parquet()
+    shown = output
     if executor not in ("local", "ray"):
-        raise InputError(f"--executor: {executor!r}; use local or ray")
-    if workers is not None and workers < 1:
-        raise InputError(f"--workers: {workers} must be at least 1")
+        raise InputError(f"--executor: {short_repr(executor)}; use local or ray")
+    if isinstance(workers, bool) or (workers is not None and (not isinstance(workers, int) or workers < 1)):
+        raise InputError(f"--workers: {short_repr(workers)} must be a whole number, at least 1")
+    output, fmt = check_sweep_output(sweep, output, fmt)
+    if executor == "ray" and overwrite:
+        _ray_available()  # before the old journal is dropped
     jpath = journal_path(output)
-    if overwrite:
-        for p in (output, jpath):
-            if p.exists():
-                p.unlink()
     results: dict[str, list[dict]] = {}
-    results.update(read_output(output, fmt))
-    journal = read_journal(jpath)
-    for k, entry in journal.items():
-        results[k] = entry["rows"]
+    damaged: list = []
+    journal: dict[str, dict] = {}
+    if not overwrite:
+        results.update(read_output(output, fmt, damaged))
+        journal = read_journal(jpath, damaged)
+        for k, entry in journal.items():
+            n = entry.get("n_rows")
+            if rows_complete(entry["rows"], n if isinstance(n, int) and not isinstance(n, bool) else None):
+                results[k] = entry["rows"]
+            elif k not in results:
+                damaged.append(k)
     keys = {s.key for s in sweep.scenarios}
     stale = set(results) - keys
     if stale:
-        raise InputError(f"{output.name} holds rows of {len(stale)} scenario(s) that are not in this sweep "
-                         "(the sweep file changed?); write to another output or pass --overwrite")
+        raise InputError(f"{short_repr(output.name)} holds rows of {len(stale)} scenario(s) that are not in this "
+                         "sweep (the sweep file changed?); write to another output or pass --overwrite")
+    lost = {k for k in damaged if isinstance(k, str) and k in keys and k not in results}
+    dropped = len(lost) + sum(isinstance(d, bytes) for d in damaged) + ("torn last line" in damaged and not lost)
+    if overwrite and jpath.exists():
+        jpath.unlink()  # every precondition holds: the user asked to start over
     # scenarios that ended in an error are run again
     for k in [k for k, rows in results.items() if any(r.get("status") == "error" for r in rows)]:
         del results[k]
@@ -712,61 +904,79 @@ def run_sweep(sweep: Sweep, output: str | Path, *, fmt: str | None = None, execu
     n_workers = workers or default_workers()
     n_workers = max(1, min(n_workers, len(todo))) if todo else 1
     if executor == "ray" and todo:
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            raise InputError("--executor ray needs Ray: pip install 'plan-search[ray]' (or pip install ray)") \
-                from None
+        _ray_available()
     bar = Progress(len(sweep.scenarios), skipped=resumed, stream=stream, enabled=progress)
     by_index = {s.index: s for s in sweep.scenarios}
     interrupted = False
     if todo:
         bar.show(force=True)
         it = _ray(todo, n_workers, ray_address) if executor == "ray" else _local(todo, n_workers)
-        jpath.parent.mkdir(parents=True, exist_ok=True)
         try:
-            with open(jpath, "a", encoding="utf-8") as jf:
-                for res in it:
-                    s = by_index[res["index"]]
-                    entry = {"key": s.key, "index": s.index, "params": s.params, "rows": res["rows"]}
-                    jf.write(json.dumps(entry, default=_json_default) + "\n")
-                    jf.flush()
-                    os.fsync(jf.fileno())
-                    results[s.key] = res["rows"]
-                    bar.update(res["status"])
-                    if on_result is not None:
-                        on_result(res)
-        except KeyboardInterrupt:
+            with _TermAsInterrupt():
+                try:
+                    jpath.parent.mkdir(parents=True, exist_ok=True)
+                    with open(jpath, "a", encoding="utf-8") as jf:
+                        for res in it:
+                            s = by_index[res["index"]]
+                            entry = {"key": s.key, "index": s.index, "params": s.params, "n_rows": len(res["rows"]),
+                                     "rows": res["rows"]}
+                            jf.write(json.dumps(entry, default=_json_default) + "\n")
+                            jf.flush()
+                            os.fsync(jf.fileno())
+                            results[s.key] = res["rows"]
+                            bar.update(res["status"])
+                            if on_result is not None:
+                                on_result(res)
+                except KeyboardInterrupt:
+                    interrupted = True
+                    it.close()
+                except BaseException:
+                    it.close()
+                    bar.close()
+                    _save(sweep, results, output, fmt, jpath, shown=shown)  # keep what finished, then re-raise
+                    raise
+                finally:
+                    bar.close()
+        except KeyboardInterrupt:  # a second signal while the pool was being ended
             interrupted = True
-            it.close()
-        except BaseException:
-            it.close()
-            bar.close()
-            _save(sweep, results, output, fmt, jpath)  # keep what finished, then let the error through
-            raise
-        finally:
-            bar.close()
-    df = _save(sweep, results, output, fmt, jpath, write=bool(todo or journal or not output.exists()))
+        except OSError as exc:
+            from plan_search.models.output import reason
+
+            raise InputError(f"--output: cannot write the journal of {short_repr(str(shown))} "
+                             f"({reason(exc)})") from None
+    with _TermAsInterrupt():
+        df = _save(sweep, results, output, fmt, jpath, write=bool(todo or journal or damaged or overwrite
+                                                                   or not output.exists()), shown=shown)
     counts = {k: 0 for k in STATUSES}
+    input_errors = 0
     for s in sweep.scenarios:
         rows = results.get(s.key)
         if rows:
-            counts[rows[0].get("status") or "error"] = counts.get(rows[0].get("status") or "error", 0) + 1
+            st = rows[0].get("status") or "error"
+            counts[st] = counts.get(st, 0) + 1
+            input_errors += st == "error" and rows[0].get("reason") in INPUT_ERRORS
     return SweepRun(output=output, frame=df, scenarios=len(sweep.scenarios),
                     ran=sum(1 for s in todo if s.key in results), resumed=resumed, counts=counts,
-                    elapsed_s=time.perf_counter() - t0, interrupted=interrupted)
+                    elapsed_s=time.perf_counter() - t0, interrupted=interrupted, dropped=dropped,
+                    input_errors=input_errors)
 
 
-def _save(sweep: Sweep, results: dict, output: Path, fmt: str, jpath: Path, write: bool = True):
+#: ``reason`` of an ``error`` row whose cause is the scenario's input, not the program.
+INPUT_ERRORS = ("InputError", "ValidationError")
+
+
+def _save(sweep: Sweep, results: dict, output: Path, fmt: str, jpath: Path, write: bool = True,
+          shown: str | Path | None = None):
     """The table of what finished, written atomically; then the journal is not needed. The
     journal is read again first: an interrupt between its write and ``results`` loses nothing."""
     keys = {s.key for s in sweep.scenarios}
     for k, entry in read_journal(jpath).items():
-        if k in keys:
+        n = entry.get("n_rows")
+        if k in keys and rows_complete(entry["rows"], n if isinstance(n, int) and not isinstance(n, bool) else None):
             results.setdefault(k, entry["rows"])
     df = build_frame(sweep, results)
     if write:
-        write_frame(df, output, fmt)
+        write_frame(df, output, fmt, shown)
     if jpath.exists():
         jpath.unlink()
     return df

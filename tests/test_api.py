@@ -189,31 +189,47 @@ CLI_TO_REQUEST = {
     "max_power_kw": (["--max-power-kw", "500"], {"max_power_kw": 500}),
     "memory_headroom": (["--memory-headroom", "0.2"], {"memory_headroom": 0.2}),
     "max_comm_ratio": (["--max-comm-ratio", "0.25"], {"max_comm_ratio": 0.25}),
-    "tp": (["--tp", "1,2"], {"knobs": {"tp": [1, 2]}}),
-    "pp": (["--pp", "1..4"], {"knobs": {"pp": [1, 2, 3, 4]}}),
-    "cp": (["--cp", "1,2"], {"knobs": {"cp": [1, 2]}}),
-    "vpp": (["--vpp", "1,2"], {"knobs": {"vpp": [1, 2]}}),
-    "micro_batch": (["--micro-batch", "1,2,4"], {"knobs": {"micro_batch": [1, 2, 4]}}),
-    "zero": (["--zero", "0,1"], {"knobs": {"zero": [0, 1]}}),
-    "recompute": (["--recompute", "selective,full"], {"knobs": {"recompute": ["selective", "full"]}}),
-    "recompute_layers": (["--recompute-layers", "2,4"], {"knobs": {"recompute_layers": [2, 4]}}),
-    "sequence_parallel": (["--sequence-parallel", "both"], {"knobs": {"sequence_parallel": [True, False]}}),
     "allow_cross_node_tp": (["--allow-cross-node-tp"], {"knobs": {"allow_cross_node_tp": True}}),
     "max_cp": (["--max-cp", "4"], {"knobs": {"max_cp": 4}}),
     "max_vpp": (["--max-vpp", "2"], {"knobs": {"max_vpp": 2}}),
     "max_micro_batch": (["--max-micro-batch", "16"], {"knobs": {"max_micro_batch": 16}}),
-    "bf16_grads": (["--bf16-grads"], {"fp32_grads": False}),
-    "no_overlap_tp_comm": (["--no-overlap-tp-comm"], {"overlap_tp_comm": False}),
-    "precision": (["--precision", "fp8"], {"precision": "fp8"}),
     "objective": (["--objective", "cheapest"], {"objective": "cheapest"}),
     "solver": (["--solver", "exhaustive"], {"solver": "exhaustive"}),
     "time_limit": (["--time-limit", "30"], {"time_limit_s": 30}),
-    "workers": (["--workers", "2"], {"workers": 2}),
+    "workers": (["--solver-threads", "2"], {"solver_threads": 2}),
     "seed": (["--seed", "3"], {"seed": 3}),
     "framework": (["--framework", "megatron"], {"framework": "megatron"}),
     "sets": (["--set", "price_per_gpu_hour_usd=2", "--set", "gpu.hbm_bandwidth_gbps=3000"],
              {"sets": ["price_per_gpu_hour_usd=2", "gpu.hbm_bandwidth_gbps=3000"]}),
 }
+
+
+def _knob_example(spec):
+    """A non-default value of a knob: (argv, request knobs)."""
+    if spec.kind == "bool":
+        return ([f"--no-{spec.option[2:]}"] if spec.default else [spec.option]), [not spec.default]
+    if spec.kind == "choice":
+        v = next(c for c in spec.choices if c != spec.default)
+        return [spec.option, str(v)], [v]
+    if spec.kind == "int":
+        v = 2 if spec.default != 2 else 4
+        return [spec.option, f"{v},{v * 2}"], [v, v * 2]
+    v = round((spec.default or 1.0) * 1.25, 3)
+    return [spec.option, str(v)], [v]
+
+
+#: every plan knob as a plan-search option, from the one description of the knobs
+KNOB_EXAMPLES = {}
+for _spec in __import__("plan_search.planner.costmodel.knobs", fromlist=["knob_specs"]).knob_specs():
+    _argv, _vals = _knob_example(_spec)
+    if _spec.name == "recompute":
+        _argv, _vals = ["--recompute", "selective,full"], ["selective", "full"]
+    if _spec.name == "zero":
+        _argv, _vals = ["--zero", "0,1"], [0, 1]
+    if _spec.name == "sequence_parallel":
+        _argv, _vals = ["--sequence-parallel", "both"], [True, False]
+    KNOB_EXAMPLES[_spec.name] = (_argv, {"knobs": {_spec.name: _vals}})
+CLI_TO_REQUEST.update({f"knob:{k}": v for k, v in KNOB_EXAMPLES.items()})
 
 
 class _Captured(Exception):
@@ -237,7 +253,11 @@ def _capture(monkeypatch, args) -> SearchRequest:
 
 def test_every_cli_option_has_a_request_field():
     params = {p.name for p in search_main.params} - OUTPUT_ONLY
-    assert params == set(CLI_TO_REQUEST), params ^ set(CLI_TO_REQUEST)
+    knob_params = {p for p in params if p.startswith(("knob__", "knob_no__", "knob_alias__"))}
+    assert {p.split("__", 1)[1] for p in knob_params if not p.startswith("knob_alias__")} == set(KNOB_EXAMPLES)
+    static = params - knob_params
+    expected = {k for k in CLI_TO_REQUEST if not k.startswith("knob:")}
+    assert static == expected, static ^ expected
 
 
 @pytest.mark.parametrize("name", sorted(CLI_TO_REQUEST))

@@ -156,7 +156,7 @@ def test_nothing_generic_is_installed_at_the_top_level(tmp_path):
     # and the console scripts, run from that directory
     q = subprocess.run([str(BIN / "plan-estimate"), "--model", "llama3.1-8b", "--gpu", "h100-sxm", "--num-gpus", "8",
                         "--global-batch", "128"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert q.returncode == 0, q.stderr[-2000:]
+    assert q.returncode in (0, 3), q.stderr[-2000:]  # 3: printed, but does not fit
     assert "step time" in q.stdout
 
 

@@ -54,6 +54,7 @@ class TimeBreakdown(_Doc):
     tp_comm_s: float
     cp_comm_s: float
     pp_comm_s: float
+    ep_comm_s: float = 0.0
     bubble_s: float
     dp_comm_s: float
     optimizer_s: float
@@ -156,17 +157,20 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> None:
 def estimate(
     model: ModelSpec | str,
     cluster: ClusterSpec | str,
-    plan: Plan | dict,
+    plan: Plan | dict | None = None,
     *,
     memory_headroom: float = 0.0,
     tokens: float | None = None,
     checkpoint_interval_h: float = 1.0,
     sets: Sequence[str] = (),
+    **plan_fields,
 ) -> Estimate:
     """Step time, memory and run figures of one plan, with their breakdowns and the verdict.
 
     ``model`` and ``cluster`` are specs or names/paths (resolved as ``--model``/``--gpu``);
-    ``sets`` are ``--set`` what-if overrides of the cluster.
+    ``sets`` are ``--set`` what-if overrides of the cluster. The plan is a :class:`Plan`, a dict
+    of its fields, or its fields as keyword arguments (``num_gpus=8, tp=2``); ``global_batch``
+    and ``seq_len`` default to the model's, as in ``plan-estimate``.
     """
     m = resolve_model(model) if isinstance(model, str) else model
     c = resolve_cluster(cluster, sets) if isinstance(cluster, str) else cluster
@@ -174,6 +178,12 @@ def estimate(
         raise InputError(f"memory_headroom: {memory_headroom} must be in [0, 1)")
     if tokens is not None and not (0 < tokens < 1e18):
         raise InputError(f"tokens: {tokens} must be a positive token count below 1e18")
+    if plan is None or plan_fields:
+        fields = {**(plan.model_dump(exclude_unset=True) if isinstance(plan, Plan) else dict(plan or {})),
+                  **plan_fields}
+        fields.setdefault("global_batch", m.global_batch)
+        fields.setdefault("seq_len", m.seq_len)
+        plan = fields
     p = plan if isinstance(plan, Plan) else Plan(**plan)
     check_plan(m, c, p)
     x = PlanArrays.from_plans([p], m.num_layers)
@@ -188,8 +198,8 @@ def pack(m: ModelSpec, c: ClusterSpec, p: Plan, r: dict, i: int, tokens: float |
     b = r["breakdown"]
     raw = r["raw"]
     exposed = {k: g(b[k]) for k in TIME_KEYS}
-    hidden = sum(g(raw[f"{k}_comm_raw_s"]) for k in ("tp", "cp", "pp", "dp")) - sum(
-        exposed[f"{k}_comm_s"] for k in ("tp", "cp", "pp", "dp")
+    hidden = sum(g(raw[f"{k}_comm_raw_s"]) for k in ("tp", "cp", "pp", "dp", "ep")) - sum(
+        exposed[f"{k}_comm_s"] for k in ("tp", "cp", "pp", "dp", "ep")
     )
     time = TimeBreakdown(**exposed, hidden_comm_s=max(hidden, 0.0), bubble_fraction=g(r["bubble_fraction"]))
     memory = MemoryBreakdown(

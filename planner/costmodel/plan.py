@@ -21,6 +21,14 @@ Terms (Megatron-LM's, Narayanan et al. 2021; Korthikanti et al. 2022):
   to that many layers per pipeline stage (Megatron ``--recompute-method block``).
 - ``first_stage_layers`` / ``last_stage_layers``: uneven pipeline split (Megatron
   ``--decoder-first/last-pipeline-num-layers``); the rest are shared evenly by middle stages.
+- Mixture of experts (Megatron-Core "parallel folding", Liu et al. 2025, arXiv 2504.14960; MCore
+  ``parallel_state.initialize_model_parallel`` builds a second rank grid for the expert layers):
+  the ``tp * cp * dp`` GPUs of one pipeline stage are regrouped for the expert MLPs as
+  ``etp x ep x edp`` (innermost first): ``ep`` expert-parallel degree (each rank holds
+  ``num_experts / ep`` experts), ``etp`` expert tensor-parallel degree (each expert's matrices
+  split over ``etp`` GPUs), ``edp = tp*cp*dp / (etp*ep)`` expert data-parallel replicas, over which
+  the expert gradients are reduced and the expert optimizer states sharded. Attention and dense
+  layers keep ``tp x cp x dp``.
 """
 
 from __future__ import annotations
@@ -34,34 +42,91 @@ from plan_search.models.spec import ModelSpec
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1}
+DISPATCHER_CODES = {"alltoall": 0, "allgather": 1, "flex": 2}
+GRAD_REDUCE_CODES = {"default": 0, "step": 1, "microbatch": 2}
+
+
+def grad_per_microbatch(code, zero, pp):
+    """Gradient reduction every micro-batch (else once per step), for ``grad_reduce`` coded as
+    :data:`GRAD_REDUCE_CODES` (scalars or numpy arrays). The default by ZeRO stage: 0/1 once per
+    step (DDP ``no_sync`` and Megatron's ``no_sync_func`` on all but the last micro-batch;
+    DeepSpeed reduces at the accumulation boundary: ``stage_1_and_2.py``
+    ``reduce_ready_partitions_and_remove_grads`` reduces only ``if self.partition_gradients or
+    self.is_gradient_accumulation_boundary``, DeepSpeed commit 022f2236); 2 every micro-batch (the
+    same condition: partitioned gradients are reduced on each backward); 3 every micro-batch
+    (FSDP2 reduce-scatters in each backward) except with pipeline parallelism, where
+    torch.distributed.pipelining calls ``set_requires_gradient_sync(last_backward)`` so the
+    reduce-scatter runs once, on the last backward (``stage.py backward_maybe_with_nosync``)."""
+    default = (zero == 2) | ((zero == 3) & (pp == 1))
+    return ((code == 0) & default) | (code == 2)
 
 
 class Plan(BaseModel):
     """A parallel execution plan; validates its own arithmetic on construction."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)  # schema built on first use: fast CLI start
 
     num_gpus: int = Field(gt=0, le=10_000_000)
-    tp: int = Field(default=1, gt=0, le=100_000)
-    pp: int = Field(default=1, gt=0, le=100_000)
+    tp: int = Field(default=1, gt=0, le=100_000, description="tensor-parallel degree (GPUs each layer's matrices are split over)")
+    pp: int = Field(default=1, gt=0, le=100_000, description="pipeline-parallel degree (stages)")
     dp: int | None = Field(default=None, gt=0, le=10_000_000, description="default num_gpus/(tp*pp*cp)")
-    cp: int = Field(default=1, gt=0, le=100_000)
-    vpp: int = Field(default=1, gt=0, le=10_000, description="at most num_layers / pp (check_against)")
-    zero: int = Field(default=1, ge=0, le=3)
-    micro_batch: int = Field(default=1, gt=0, le=1_000_000)
+    cp: int = Field(default=1, gt=0, le=100_000, description="context-parallel degree (GPUs the sequence is split over)")
+    vpp: int = Field(default=1, gt=0, le=10_000, description="virtual pipeline stages per GPU (interleaved 1F1B; 1 = plain 1F1B)")
+    zero: int = Field(default=1, ge=0, le=3, description="ZeRO stage: 0 none, 1 optimizer states sharded (Megatron distributed optimizer), 2 +gradients, 3 +parameters (FSDP)")
+    micro_batch: int = Field(default=1, gt=0, le=1_000_000, description="sequences per micro-batch per replica")
     global_batch: int = Field(gt=0, le=100_000_000)
     seq_len: int = Field(gt=0, le=100_000_000)
-    recompute: Literal["none", "selective", "full"] = "selective"
-    recompute_layers: int | None = Field(default=None, ge=0, description="full recompute on k layers/stage")
-    sequence_parallel: bool = True
-    flash_attention: bool = True
-    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+    recompute: Literal["none", "selective", "full"] = Field(default="selective", description="activation recomputation: none, selective (attention core), full (whole layers)")
+    recompute_layers: int | None = Field(default=None, ge=0, description="with recompute full: layers per stage recomputed (default all)")
+    sequence_parallel: bool = Field(default=True, description="sequence parallelism with tp > 1 (Korthikanti et al. 2022)")
+    flash_attention: bool = Field(default=True, description="FlashAttention kernels (no stored attention scores)")
+    precision: Literal["bf16", "fp16", "fp8"] = Field(default="bf16", description="GEMM precision recipe")
     fp32_grads: bool = Field(default=True, description="fp32 gradient accumulation/reduction (Megatron)")
-    overlap_grad_reduce: bool = True
-    overlap_param_gather: bool = True
-    overlap_tp_comm: bool = False
-    first_stage_layers: int | None = Field(default=None, gt=0)
-    last_stage_layers: int | None = Field(default=None, gt=0)
+    overlap_grad_reduce: bool = Field(default=True, description="overlap the data-parallel gradient reduction with the backward")
+    overlap_param_gather: bool = Field(default=True, description="overlap the ZeRO/FSDP parameter all-gather with compute")
+    overlap_tp_comm: bool = Field(default=False, description="overlap tensor-parallel communication with GEMMs (TE userbuffers; Megatron-LM default off)")
+    first_stage_layers: int | None = Field(default=None, gt=0, description="layers on the first pipeline stage (uneven split; default even)")
+    last_stage_layers: int | None = Field(default=None, gt=0, description="layers on the last pipeline stage (uneven split; default even)")
+    ep: int = Field(default=1, gt=0, le=100_000,
+                    description="expert-parallel degree: GPUs the routed experts are spread over (MoE only)")
+    etp: int = Field(default=1, gt=0, le=100_000,
+                     description="expert tensor-parallel degree: GPUs each expert's matrices are split over")
+    moe_dispatcher: Literal["alltoall", "allgather", "flex"] = Field(
+        default="alltoall", description="token dispatcher: alltoall, allgather (AG/RS), flex (DeepEP, NIC-deduplicated)")
+    moe_overlap: bool = Field(
+        default=False, description="hide dispatch/combine behind other micro-batches' compute (ep_overlap of it)")
+    moe_imbalance: float = Field(
+        default=1.1, ge=1.0, le=100.0,
+        description="tokens on the busiest expert rank / mean; 1.0 force-balanced, real routing 1.04-1.20")
+    # (issue 12: pipeline-split accounting and data-parallel knobs)
+    account_for_embedding_in_pipeline_split: bool = Field(
+        default=False, description="count the input embedding as one layer of the first stage when splitting "
+        "(Megatron --account-for-embedding-in-pipeline-split)")
+    account_for_loss_in_pipeline_split: bool = Field(
+        default=False, description="count the output layer and loss as one layer of the last stage when splitting "
+        "(Megatron --account-for-loss-in-pipeline-split)")
+    dp_shard: int | None = Field(
+        default=None, gt=0, le=10_000_000, description="GPUs per ZeRO/FSDP shard group (HSDP; Megatron distributed-"
+        "optimizer instances = dp/dp_shard): the dp/dp_shard replicas all-reduce the shards; default dp (flat)")
+    grad_reduce: Literal["default", "step", "microbatch"] = Field(
+        default="default", description="gradient reduction under accumulation: once per step or every micro-batch; "
+        "default: ZeRO 0/1 per step, 2/3 per micro-batch (ZeRO-3 with pp > 1 per step, as torch pipelining does)")
+    # (issue 11: memory knobs)
+    reshard_after_forward: bool = Field(
+        default=True, description="ZeRO-3/FSDP: free each module's gathered parameters after its forward and "
+        "gather them again for the backward (FSDP2 reshard_after_forward); off keeps the stage's bf16 "
+        "parameters gathered from forward to backward (+2 B/param of the stage, no backward all-gather)")
+    grad_bf16_copy: bool = Field(
+        default=False, description="bf16 gradients kept beside the fp32 accumulator (needs fp32_grads; "
+        "DeepSpeed BF16_Optimizer / Megatron-DeepSpeed): +2 B/param, sharded like the gradients")
+    optimizer_offload: bool = Field(
+        default=False, description="optimizer states (fp32 master weights and Adam moments, 12 B/param of the "
+        "shard) in host memory, stepped on the CPU (ZeRO-Offload); costs the gradient and parameter copies "
+        "over PCIe/C2C and the CPU step every step")
+    activation_offload: bool = Field(
+        default=False, description="stored layer activations copied to host memory in the forward and back in "
+        "the backward (two layers' worth stay on the GPU); costs the copies over PCIe/C2C that compute "
+        "does not hide")
 
     @model_validator(mode="before")
     @classmethod
@@ -108,7 +173,64 @@ class Plan(BaseModel):
             raise ValueError("first_stage_layers: an uneven split needs pp > 1; drop it or raise pp")
         if self.recompute_layers is not None and self.recompute != "full":
             raise ValueError("recompute_layers: only meaningful with recompute full")
+        if self.grad_bf16_copy and not self.fp32_grads:
+            raise ValueError("grad_bf16_copy: a bf16 copy beside an fp32 accumulator needs fp32_grads on")
+        group = self.tp * self.cp * self.dp
+        if group % (self.etp * self.ep):
+            raise ValueError(
+                f"ep: etp*ep ({self.etp}*{self.ep}) must divide the {group} GPUs of a pipeline stage "
+                f"(tp*cp*dp = {self.tp}*{self.cp}*{self.dp}); the expert layers regroup them as etp x ep x edp"
+            )
         return self
+
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel degree: replicas of each expert (``tp*cp*dp / (etp*ep)``)."""
+        return self.tp * self.cp * self.dp // (self.etp * self.ep)
+
+    @model_validator(mode="after")
+    def _check_dp_shard(self) -> "Plan":
+        if self.dp_shard is not None and self.dp is not None and self.dp % self.dp_shard:
+            raise ValueError(
+                f"dp_shard: {self.dp_shard} must divide dp {self.dp} (shard groups of dp_shard GPUs, "
+                f"dp/dp_shard replicas); use a divisor of {self.dp} or leave it unset"
+            )
+        return self
+
+    @property
+    def shard_degree(self) -> int:
+        """GPUs a ZeRO/FSDP shard group spans (``dp_shard``, default the whole ``dp``)."""
+        return self.dp if self.dp_shard is None else self.dp_shard
+
+    def grad_reduce_per_microbatch(self) -> bool:
+        """Whether gradients are reduced after every micro-batch (``grad_reduce``, see the field)."""
+        return bool(grad_per_microbatch(GRAD_REDUCE_CODES[self.grad_reduce], self.zero, self.pp))
+
+    def split(self, num_layers: int) -> list[int]:
+        """Transformer layers on each pipeline rank, first to last.
+
+        - explicit ``first_stage_layers``/``last_stage_layers``: those, the rest even over the middle;
+        - Megatron's accounting (``account_for_embedding/loss_in_pipeline_split``): the embedding
+          and the loss count as one layer each, ``(l + e + o) / pp`` per stage, the first stage
+          ``e`` fewer and the last ``o`` fewer (Megatron-Core ``get_num_layers_to_build``);
+        - ``pp`` dividing the layers: even;
+        - otherwise balanced: ``l // pp`` each, one more on the first ``l % pp`` stages
+          (torchtitan's ``generate_llm_fqn_per_model_part`` gives leftovers to the first stages;
+          DeepSpeed's ``partition_method='uniform'`` balances the same way).
+        """
+        p, l = self.pp, num_layers
+        if p == 1:
+            return [l]
+        f, la = self.first_stage_layers, self.last_stage_layers
+        if f is None and la is None:
+            e, o = int(self.account_for_embedding_in_pipeline_split), int(self.account_for_loss_in_pipeline_split)
+            if e or o:
+                per = (l + e + o) // p
+                return [per - e] + [per] * (p - 2) + [per - o] if p > 2 else [per - e, l - per + e]
+            per, extra = divmod(l, p)
+            return [per + 1 if i < extra else per for i in range(p)]
+        a, mid, b = self.stage_layers(num_layers)
+        return [a] + [mid] * (p - 2) + [b] if p > 2 else [a, b]
 
     @property
     def label(self) -> str:
@@ -116,6 +238,8 @@ class Plan(BaseModel):
         s = f"t{self.tp} p{self.pp} d{self.dp}"
         s += f" c{self.cp}" if self.cp > 1 else ""
         s += f" v{self.vpp}" if self.vpp > 1 else ""
+        s += f" e{self.ep}" if self.ep > 1 else ""
+        s += f" et{self.etp}" if self.etp > 1 else ""
         rc = self.recompute + (f"({self.recompute_layers})" if self.recompute_layers else "")
         return s + f" mb{self.micro_batch} z{self.zero} {rc}"
 
@@ -125,7 +249,8 @@ class Plan(BaseModel):
         return self.global_batch // (self.dp * self.micro_batch)
 
     def stage_layers(self, num_layers: int) -> tuple[int, int, int]:
-        """(first, middle, last) stage layer counts; ``middle`` is per middle stage.
+        """(first, middle, last) stage layer counts; ``middle`` is per middle stage (the fullest
+        middle stage when the split is balanced but uneven: :meth:`split` has every stage).
 
         With one of first/last given, the remaining layers are shared by the other stages.
         """
@@ -134,7 +259,8 @@ class Plan(BaseModel):
             return l, l, l
         f, la = self.first_stage_layers, self.last_stage_layers
         if f is None and la is None:
-            return l // p, l // p, l // p
+            s = self.split(l)
+            return s[0], (max(s[1:-1]) if p > 2 else s[0]), s[-1]
         if p == 2:
             f = f if f is not None else l - la
             return f, f, l - f
@@ -148,10 +274,16 @@ class Plan(BaseModel):
         """The rules that need the model; raises :class:`InputError` naming the rule."""
         m = model
         if m.is_moe:
-            raise InputError(
-                f"model: {m.name} is a mixture of experts; its parameters and FLOPs are counted "
-                "(plan-catalog), but the expert-parallel cost model is not implemented yet"
-            )
+            if m.num_experts % self.ep:
+                raise InputError(
+                    f"ep: {self.ep} does not divide num_experts {m.num_experts}; use a divisor"
+                )
+            if (m.expert_ffn_hidden_size or 0) % self.etp:
+                raise InputError(
+                    f"etp: {self.etp} does not divide expert_ffn_hidden_size {m.expert_ffn_hidden_size}"
+                )
+        elif self.ep > 1 or self.etp > 1:
+            raise InputError(f"ep: {m.name} is a dense model; ep and etp must be 1")
         if m.num_heads % self.tp:
             raise InputError(f"tp: {self.tp} does not divide num_heads {m.num_heads}; use a divisor")
         if m.num_kv_heads % self.tp and self.tp % m.num_kv_heads:
@@ -160,26 +292,42 @@ class Plan(BaseModel):
             )
         if (m.ffn_hidden_size or 0) % self.tp:
             raise InputError(f"tp: {self.tp} does not divide ffn_hidden_size {m.ffn_hidden_size}")
-        if self.pp * self.vpp > m.num_layers:
-            raise InputError(
-                f"pp: pp*vpp ({self.pp}*{self.vpp}) exceeds num_layers {m.num_layers}; lower pp or vpp"
-            )
         l = m.num_layers
-        if self.pp > 1:
-            uneven = self.first_stage_layers is not None or self.last_stage_layers is not None
-            if not uneven and l % self.pp:
+        uneven = self.first_stage_layers is not None or self.last_stage_layers is not None
+        e, o = int(self.account_for_embedding_in_pipeline_split), int(self.account_for_loss_in_pipeline_split)
+        acct = self.pp > 1 and (e or o)
+        slots = l + e + o if acct else l  # Megatron counts the embedding/loss as layers of the split
+        if self.pp * self.vpp > slots:
+            raise InputError(
+                f"pp: pp*vpp ({self.pp}*{self.vpp}) exceeds num_layers {m.num_layers}"
+                + (f" plus the {e + o} accounted embedding/loss layers" if acct else "") + "; lower pp or vpp"
+            )
+        if acct:
+            if uneven:
+                raise InputError("account_for_embedding_in_pipeline_split: not with first_stage_layers/"
+                                 "last_stage_layers (Megatron refuses both); drop one")
+            if slots % (self.pp * self.vpp):
                 raise InputError(
-                    f"pp: {self.pp} does not divide num_layers {l}; use a divisor or set "
-                    "first_stage_layers/last_stage_layers"
+                    f"pp: with the embedding/loss counted as layers, num_layers + {e + o} = {slots} must divide "
+                    f"by pp*vpp ({self.pp}*{self.vpp}); change pp or vpp, or drop the accounting"
                 )
+            if min(self.split(l)) <= 0:
+                raise InputError(f"pp: {self.pp} stages leave a stage without layers; lower pp")
+        elif self.pp > 1 and not uneven and l % self.pp and self.vpp > 1:
+            raise InputError(
+                f"vpp: pp {self.pp} does not divide num_layers {l}, so the balanced split {self.split(l)[:2]}... "
+                f"cannot be cut into vpp {self.vpp} equal chunks per stage; use vpp 1, a pp dividing {l}, or "
+                "account_for_embedding/loss_in_pipeline_split"
+            )
+        if self.pp > 1 and not acct:
             f, mid, la = self.stage_layers(l)
             middle_total = l - f - la if self.pp > 2 else 0
-            if self.pp > 2 and (middle_total <= 0 or middle_total % (self.pp - 2)):
+            if uneven and self.pp > 2 and (middle_total <= 0 or middle_total % (self.pp - 2)):
                 raise InputError(
                     f"first_stage_layers: with first {f} and last {la} layers, the remaining "
                     f"{middle_total} layers do not split evenly over {self.pp - 2} middle stages"
                 )
-            if self.pp == 2 and (f <= 0 or la <= 0 or f + la != l):
+            if uneven and self.pp == 2 and (f <= 0 or la <= 0 or f + la != l):
                 raise InputError(f"first_stage_layers: {f} + {la} must equal num_layers {l}")
             if self.vpp > 1 and mid % self.vpp:
                 raise InputError(

@@ -78,8 +78,10 @@ from plan_search.planner.search.request import (
     ResolvedInputs,
     SearchRequest,
     SearchResult,
+    knob_values,
     SearchStats,
 )
+from plan_search.planner.search.command import estimate_command
 from plan_search.planner.search.space import Space, enumerate_space
 
 EVAL_CHUNK = 16384
@@ -103,6 +105,7 @@ OBJECTIVE_KEYS = {
 }
 FRONT_KEY = OBJECTIVE_KEYS["fastest"]
 OBJECTIVE_TEXT = {
+    "balanced": "the fastest plan at or above the scaling-efficiency threshold",
     "fastest": "the shortest run",
     "cheapest": "the lowest cost",
     "fewest-gpus": "the fewest GPUs",
@@ -194,12 +197,12 @@ def _concat_spaces(spaces: list[Space]) -> Space:
     first = spaces[0]
     x = PlanArrays(**{f.name: np.concatenate([getattr(s.x, f.name) for s in spaces]) for f in fields(PlanArrays)})
     return Space(first.model, first.cluster, x, np.concatenate([s.rc_kind for s in spaces]),
-                 np.concatenate([s.uneven for s in spaces]), first.precision, first.overlap_tp_comm)
+                 np.concatenate([s.uneven for s in spaces]), first.combos, np.concatenate([s.combo for s in spaces]))
 
 
 def _enumerate(model, cluster, counts, gbs, seq, request, knobs=None, max_candidates=None) -> Space:
-    return enumerate_space(model, cluster, counts, gbs, seq, knobs or request.knobs, request.precision,
-                           request.overlap_tp_comm, max_candidates or request.max_candidates, request.fp32_grads)
+    return enumerate_space(model, cluster, counts, gbs, seq, knobs or request.knobs,
+                           max_candidates or request.max_candidates, request.global_batch_tolerance)
 
 
 def masks(sys_cols: dict, x: PlanArrays, request: SearchRequest, lo: int, hi: int | None) -> dict:
@@ -391,7 +394,7 @@ def solver_parameters(request: SearchRequest, time_left: float):
 
     s = cp_model.CpSolver()
     s.parameters.max_time_in_seconds = max(time_left, 1e-3)
-    s.parameters.num_workers = request.workers
+    s.parameters.num_workers = request.solver_threads
     s.parameters.random_seed = request.seed
     s.parameters.log_search_progress = False
     s.parameters.catch_sigint_signal = False  # Ctrl-C stays Python's KeyboardInterrupt
@@ -546,10 +549,93 @@ def exhaustive_front(t: Table) -> list[int]:
     return out
 
 
-def exhaustive_pick(t: Table, key) -> int | None:
-    if not len(t):
+def exhaustive_pick(t: Table, key, mask: np.ndarray | None = None) -> int | None:
+    """The row minimising ``key`` (ties: table order), among ``mask`` if given."""
+    if not len(t) or (mask is not None and not mask.any()):
         return None
-    return int(np.argmin(positions(t, key)))
+    pos = positions(t, key)
+    if mask is not None:
+        pos = np.where(mask, pos, len(t))
+    return int(np.argmin(pos))
+
+
+# ------------------------------------------------------------------ the recommendation
+def resolve_objective(req: SearchRequest) -> tuple[str, tuple[str, ...]]:
+    """(rule, lexicographic key) of the request's objective. ``balanced`` is the default and
+    follows how a team decides: with a deadline, the cheapest plan that meets it (``deadline``);
+    else with a budget, the fastest plan within it (``budget``); else the fastest plan whose
+    scaling efficiency is at least ``min_scaling_efficiency`` (``efficiency``: its dollars at most
+    the cheapest plan's / the threshold). The other objectives are their own rule."""
+    if req.objective != "balanced":
+        return req.objective, OBJECTIVE_KEYS[req.objective]
+    if req.deadline_days is not None:
+        return "deadline", OBJECTIVE_KEYS["cheapest"]
+    if req.budget_usd is not None:
+        return "budget", OBJECTIVE_KEYS["fastest"]
+    return "efficiency", OBJECTIVE_KEYS["fastest"]
+
+
+def efficiency_cap(cheapest_cost: float, threshold: float) -> float:
+    """Dollars a plan may cost under the efficiency rule: the cheapest plan's / the threshold
+    (a hair above, so the cheapest plan itself passes at threshold 1 whatever the rounding)."""
+    return cheapest_cost / threshold * (1.0 + 1e-12)
+
+
+def pick_exhaustive(t: Table, rule: str, key, req: SearchRequest) -> tuple[int | None, float | None]:
+    """The oracle's recommendation: (row, dollar cap of the efficiency rule or None)."""
+    if rule != "efficiency":
+        return exhaustive_pick(t, key), None
+    cheap = exhaustive_pick(t, OBJECTIVE_KEYS["cheapest"])
+    if cheap is None:
+        return None, None
+    cap = efficiency_cap(float(t.cost[cheap]), req.min_scaling_efficiency)
+    return exhaustive_pick(t, key, t.cost <= cap), cap
+
+
+def pick_cpsat(t: Table, rule: str, key, req: SearchRequest, labels, node_sizes, deadline: float
+               ) -> tuple[int | None, float | None, bool, int]:
+    """CP-SAT's recommendation: (row, dollar cap or None, proven, solves). The efficiency rule
+    is two solves: the cheapest plan, then the fastest under the cap it sets (a budget)."""
+    if rule != "efficiency":
+        row, proven = cpsat_pick(t, req, labels, key, node_sizes, deadline)
+        return row, None, proven, 1
+    cheap, proven = cpsat_pick(t, req, labels, OBJECTIVE_KEYS["cheapest"], node_sizes, deadline)
+    if cheap is None:
+        return None, None, False, 1
+    cap = efficiency_cap(float(t.cost[cheap]), req.min_scaling_efficiency)
+    capped = req.model_copy(update={"budget_usd": cap})
+    row, proven2 = cpsat_pick(t, capped, labels, key, node_sizes, deadline)
+    return (row if row is not None else cheap), cap, proven and proven2, 2
+
+
+def system_fronts(t: Table, front_rows: list[int], n_systems: int) -> list[list[int]]:
+    """Each system's own front (rows of ``t``), when there are several systems (else empty).
+    Exact on the pruned table: pruning keeps every (system, GPU count) group's front."""
+    if n_systems < 2:
+        return []
+    out = []
+    for k in range(n_systems):
+        idx = np.nonzero(t.system == k)[0]
+        out.append(idx[exhaustive_front(t.take(idx))].tolist() if len(idx) else [])
+    return out
+
+
+def landmarks(front: list[FrontPoint], rec_index: int | None, threshold: float) -> dict[str, int]:
+    """Indices in ``front`` of the points a person looks at first (see SearchResult.landmarks)."""
+    if not front:
+        return {}
+    idx = range(len(front))
+    out = {
+        "fewest-gpus": min(idx, key=lambda i: (front[i].num_gpus, front[i].days, front[i].cost_usd)),
+        "cheapest": min(idx, key=lambda i: (front[i].cost_usd, front[i].days, front[i].num_gpus)),
+    }
+    cap = efficiency_cap(front[out["cheapest"]].cost_usd, threshold)
+    out["balanced"] = min((i for i in idx if front[i].cost_usd <= cap),
+                          key=lambda i: (front[i].days, front[i].cost_usd, front[i].num_gpus))
+    out["fastest"] = min(idx, key=lambda i: (front[i].days, front[i].cost_usd, front[i].num_gpus))
+    if rec_index is not None:
+        out["recommended"] = rec_index
+    return out
 
 
 # ------------------------------------------------------------------ the search
@@ -740,11 +826,48 @@ def binding_days(systems, ms, groups, n_groups) -> dict[str, np.ndarray]:
     return out
 
 
-def _recommend_reason(objective, t: Table, rec: int, systems, ms, request, key) -> str:
+def _pct(x: float, threshold: float) -> str:
+    """A percentage, with a decimal when it would round onto the threshold's."""
+    return f"{100 * x:.1f}%" if round(100 * x) == round(100 * threshold) and abs(x - threshold) > 1e-9 \
+        else f"{100 * x:.0f}%"
+
+
+def _short_money(x: float) -> str:
+    return f"${x / 1e6:,.2f}M" if x >= 1e6 else (f"${x / 1e3:,.0f}k" if x >= 1e4 else f"${x:,.0f}")
+
+
+def _recommend_reason(rule: str, t: Table, rec: int, systems, ms, request, key, cap: float | None = None) -> str:
+    """The reason line: which rule picked the plan, the plan's days/dollars/GPUs, and why it and
+    not its neighbours (the efficiency figures, or the limits that keep a better plan out)."""
     s = systems[int(t.system[rec])]
     row = int(t.row[rec])
-    head = (f"{objective}: {OBJECTIVE_TEXT[objective]} among the feasible plans - {float(t.days[rec]):.1f} days, "
-            f"${float(t.cost[rec]):,.0f}, {int(t.gpus[rec])} {s.name} GPUs")
+    days, cost, n = float(t.days[rec]), float(t.cost[rec]), int(t.gpus[rec])
+    what = f"{days:,.1f} days, {_short_money(cost)}, {n:,} {s.name} GPUs"
+    bottleneck = f"; bottleneck {evaluate_one_bottleneck(s, row, request)}"
+    if rule == "efficiency":
+        thr = request.min_scaling_efficiency
+        c = exhaustive_pick(t, OBJECTIVE_KEYS["cheapest"])
+        c_cost = float(t.cost[c])
+        eff = c_cost / cost if cost > 0 else 1.0
+        text = (f"balanced: the fastest plan with scaling efficiency >= {thr:.0%} (no more than {1 / thr:.2f}x "
+                f"the cost of the cheapest plan) - {what}, efficiency {_pct(eff, thr)} (cheapest: "
+                f"{int(t.gpus[c]):,} GPUs, {float(t.days[c]):,.1f} days, {_short_money(c_cost)})")
+        faster = t.days < days
+        if faster.any():
+            j = exhaustive_pick(t, OBJECTIVE_KEYS["cheapest"], faster)
+            text += (f"; anything faster is at most {_pct(c_cost / float(t.cost[j]), thr)} efficient "
+                     f"({int(t.gpus[j]):,} GPUs, {float(t.days[j]):,.1f} days, {_short_money(float(t.cost[j]))})")
+        else:
+            text += "; it is also the fastest plan"
+        return text + bottleneck
+    if rule == "deadline":
+        head = (f"balanced, with a deadline: the cheapest plan that finishes within {request.deadline_days:g} days"
+                + (f" and {_short_money(request.budget_usd)}" if request.budget_usd is not None else "")
+                + f" - {what}")
+    elif rule == "budget":
+        head = f"balanced, with a budget: the fastest plan within {_short_money(request.budget_usd)} - {what}"
+    else:
+        head = f"{rule}: {OBJECTIVE_TEXT[rule]} among the feasible plans - {what}"
     # which limits keep a better plan out (checked over every evaluated candidate)
     cur = tuple(float(t.column(k)[rec]) for k in key)
     binds = []
@@ -762,9 +885,11 @@ def _recommend_reason(objective, t: Table, rec: int, systems, ms, request, key) 
                 break
     names = {"memory": "GPU memory", "comm_ratio": "the comm-ratio limit", "power": "the power cap",
              "deadline": "the deadline", "budget": "the budget", "gpus": "the GPU-count bounds"}
-    tail = ("; binding: " + ", ".join(names[b] for b in binds) + " (a better plan exists without it)") if binds \
-        else "; no constraint binds"
-    return head + tail + f"; bottleneck {evaluate_one_bottleneck(s, row, request)}"
+    better = {"cheapest": "a cheaper", "deadline": "a cheaper", "fastest": "a faster", "budget": "a faster",
+              "fewest-gpus": "a smaller"}.get(rule, "a better")
+    tail = (f"; binding: {', '.join(names[b] for b in binds)} ({better} plan exists without "
+            f"{'it' if len(binds) == 1 else 'them'})") if binds else "; no constraint binds"
+    return head + tail + bottleneck
 
 
 def evaluate_one_bottleneck(s: System, row: int, request) -> str:
@@ -823,7 +948,7 @@ def restrict_to_framework(model: ModelSpec, systems: list[System], ms: list[dict
             out_sys.append(System(s.index, s.cluster, plans_space, cols, s.counts))
             out_ms.append(masks(cols, plans_space.x, req, lo, req.max_gpus))
             continue
-        sp = space_of_plans(model, s.cluster, plans, s.space.precision, s.space.overlap_tp_comm)
+        sp = space_of_plans(model, s.cluster, plans)
         cols = evaluate_columns(model, s.cluster, sp.x, req)
         out_sys.append(System(s.index, s.cluster, sp, cols, s.counts))
         out_ms.append(masks(cols, sp.x, req, lo, req.max_gpus))
@@ -836,20 +961,32 @@ def restrict_to_framework(model: ModelSpec, systems: list[System], ms: list[dict
     return out_sys, out_ms
 
 
-def search(request: SearchRequest | dict, *, model: ModelSpec | None = None) -> SearchResult:
-    """Search the plans of ``request``; raises :class:`NoFeasiblePlan` when nothing qualifies.
+def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | str | None = None,
+           **fields) -> SearchResult:
+    """Search the plans of a request; raises :class:`NoFeasiblePlan` when nothing qualifies.
 
-    ``model`` (optional) is a spec to use instead of resolving ``request.model`` (which then
-    only labels the run), for callers that hold a spec rather than a name or file."""
+    The request is a :class:`SearchRequest`, a dict of its fields, or keyword arguments
+    (``search(model="gpt3", gpu="a100", tokens="300B", tp=[4, 8])``; plan knobs may be given at
+    the top level). ``model`` as a :class:`ModelSpec` is a spec to use instead of resolving
+    ``request.model`` (which then only labels the run); as a string it is the request's model."""
     t0 = time.perf_counter()
+    if isinstance(model, str):
+        fields["model"] = model
+        model = None
+    if fields:
+        base = request.model_dump(exclude_unset=True) if isinstance(request, SearchRequest) else dict(request or {})
+        request = {**base, **fields}
+    if request is None:
+        raise InputError("search: give a request (SearchRequest or dict) or its fields as keyword arguments")
     req = request if isinstance(request, SearchRequest) else SearchRequest.model_validate(request)
     if req.framework:
         from plan_search.planner.frameworks.rules import allowed
 
         caps = allowed(req.framework)
-        if req.precision not in caps.precision:
-            raise InputError(f"precision: {req.framework} {caps.version} cannot train in {req.precision}; "
-                             f"use one of {', '.join(caps.precision)}")
+        for precision in knob_values(req.knobs, "precision"):
+            if precision not in caps.precision:
+                raise InputError(f"precision: {req.framework} {caps.version} cannot train in {precision}; "
+                                 f"use one of {', '.join(caps.precision)}")
         req = req.model_copy(update={"knobs": caps.knobs(req.knobs)})
     deadline = t0 + req.time_limit_s
     model, clusters, gbs, seq = resolve_inputs(req, model)
@@ -890,29 +1027,30 @@ def search(request: SearchRequest | dict, *, model: ModelSpec | None = None) -> 
     labels = [s.name for s in systems]
     groups, n_groups = group_ids(systems)
     full = build_table(systems, feasible, groups)
-    key = OBJECTIVE_KEYS[req.objective]
+    rule, key = resolve_objective(req)
     if req.solver == "cpsat":
         from ortools.sat.python import cp_model  # noqa: F401  (imported lazily: ~0.2 s with pandas)
     t_solve0 = time.perf_counter()
     if req.solver == "exhaustive":
         table = full
         front_rows = exhaustive_front(table)
-        rec = exhaustive_pick(table, key)
+        rec, cap = pick_exhaustive(table, rule, key, req)
         proven, solves = True, 0
     else:
         keep = prune(full, n_groups)
         table = full.take(keep)
         node_sizes = np.array([s.cluster.node.gpus_per_node for s in systems], dtype=np.int64)
-        rec, proven_rec = cpsat_pick(table, req, labels, key, node_sizes, deadline)
+        rec, cap, proven_rec, rec_solves = pick_cpsat(table, rule, key, req, labels, node_sizes, deadline)
         front_rows, proven_front, solves = cpsat_front(table, req, labels, node_sizes, deadline)
-        solves += 1
+        solves += rec_solves
         proven = proven_rec and proven_front
         if rec is None:  # time limit before any solution: the first front point, else the oracle order
             rec = front_rows[0] if front_rows else exhaustive_pick(table, key)
             proven = False
     t_solve = time.perf_counter() - t_solve0
 
-    front = _front_points(systems, table, front_rows, req, binding_days(systems, ms, groups, n_groups))
+    own = system_fronts(table, front_rows, len(systems))
+    front, others = _front_points(systems, table, front_rows, req, binding_days(systems, ms, groups, n_groups), own)
     rec_sys = systems[int(table.system[rec])]
     rec_row = int(table.row[rec])
     rec_plan = rec_sys.space.plan(rec_row)
@@ -921,7 +1059,8 @@ def search(request: SearchRequest | dict, *, model: ModelSpec | None = None) -> 
                  checkpoint_interval_h=req.checkpoint_interval_h)
     recommended = pack(model, rec_sys.cluster, rec_plan, r, 0, req.tokens)
     rec_index = next((i for i, fp in enumerate(front) if fp.gpu == rec_sys.name and fp.plan == rec_plan), None)
-    reason = _recommend_reason(req.objective, table, rec, systems, ms, req, key)
+    reason = _recommend_reason(rule, table, rec, systems, ms, req, key, cap)
+    marks = landmarks(front, rec_index, req.min_scaling_efficiency)
     total = sum(len(s.space) for s in systems)
     evaluated = int(sum(m["done"].sum() for m in ms))
     mem_rej = int(sum((~m["memory"]).sum() for m in ms))
@@ -932,22 +1071,38 @@ def search(request: SearchRequest | dict, *, model: ModelSpec | None = None) -> 
         pruned=n_feas - len(table), solver_candidates=len(table),
         gpu_counts=int(sum(len(s.counts) for s in systems)), solves=solves, enumerate_s=t_enum, evaluate_s=t_eval,
         solve_s=t_solve, total_s=time.perf_counter() - t0, proven_optimal=bool(proven), solver=req.solver,
-        workers=req.workers,
+        solver_threads=req.solver_threads,
     )
     inputs = ResolvedInputs(model=model.name, params=counting.total_params(model), systems=labels,
                             gpu_counts={s.name: [int(n) for n in s.counts] for s in systems},
                             global_batch=list(gbs), seq_len=seq, tokens=req.tokens)
     return SearchResult(front=front, recommended=recommended, recommended_index=rec_index, objective=req.objective,
-                        reason=reason, stats=stats, inputs=inputs, request=req)
+                        reason=reason, landmarks=marks, other_fronts=others, stats=stats, inputs=inputs, request=req,
+                        recommended_command=estimate_command(req, _gpu_ref(req, rec_sys.name), rec_plan))
 
 
-def _front_points(systems, table: Table, rows: list[int], req, bind: dict) -> list[FrontPoint]:
+def _gpu_ref(req: SearchRequest, system_name: str) -> str:
+    """The request's GPU reference (catalog name or file) that resolved to ``system_name``."""
+    for ref in req.gpu:
+        if resolve_cluster(ref, req.sets).name == system_name:
+            return ref
+    return system_name
+
+
+def _front_points(systems, table: Table, rows: list[int], req, bind: dict,
+                  own: list[list[int]] | None = None) -> tuple[list[FrontPoint], list[FrontPoint]]:
     """Front rows as FrontPoints, sorted by GPU count, then days, then system order; figures
-    re-evaluated (one evaluate() call per system) so they are exactly plan-estimate's."""
-    rows = sorted(rows, key=lambda i: (int(table.gpus[i]), float(table.days[i]), int(table.system[i]),
-                                       int(table.row[i])))
+    re-evaluated (one evaluate() call per system) so they are exactly plan-estimate's. With
+    ``own`` (each system's own front), also the points of those fronts that are not on the joint
+    one. Scaling efficiency: GPU-hours of the system's most efficient point on its own front
+    (its cheapest feasible plan) over the point's."""
+    order = lambda rr: sorted(rr, key=lambda i: (int(table.gpus[i]), float(table.days[i]),  # noqa: E731
+                                                  int(table.system[i]), int(table.row[i])))
+    rows = order(rows)
+    on_front = set(rows)
+    extra = order({i for rr in (own or []) for i in rr} - on_front)
     by_sys: dict[int, list[int]] = {}
-    for i in rows:
+    for i in rows + extra:
         by_sys.setdefault(int(table.system[i]), []).append(int(table.row[i]))
     evals = {}
     for k, rr in by_sys.items():
@@ -955,27 +1110,30 @@ def _front_points(systems, table: Table, rows: list[int], req, bind: dict) -> li
         r = evaluate(s.space.model, s.cluster, s.space.x.take(np.array(rr)), memory_headroom=req.memory_headroom,
                      tokens=req.tokens, checkpoint_interval_h=req.checkpoint_interval_h)
         evals[k] = (r, {row: j for j, row in enumerate(rr)})
-    ref: dict[int, float] = {}
-    for i in rows:  # smallest count of each system on the front
+    ref: dict[int, float] = {}  # least GPU-hours per system among its points (its cheapest plan)
+    for i in rows + extra:
         k = int(table.system[i])
-        if k not in ref:
-            r, where = evals[k]
-            ref[k] = float(r["tokens_per_s_per_gpu"][where[int(table.row[i])]])
-    out = []
-    for i in rows:
+        r, where = evals[k]
+        ref[k] = min(ref.get(k, math.inf), float(r["gpu_hours"][where[int(table.row[i])]]))
+    refs: dict[int, str] = {}
+
+    def point(i: int) -> FrontPoint:
         k, row = int(table.system[i]), int(table.row[i])
         s = systems[k]
         r, where = evals[k]
         j = where[row]
         f = lambda name: float(r[name][j])  # noqa: E731
         plan = s.space.plan(row)
-        out.append(FrontPoint(
+        return FrontPoint(
             gpu=s.name, num_gpus=plan.num_gpus, nodes=plan.num_gpus / s.cluster.node.gpus_per_node, plan=plan,
             grad_accum=plan.grad_accum, step_time_s=f("step_s"), tokens_per_s=f("tokens_per_s"),
             tokens_per_s_per_gpu=f("tokens_per_s_per_gpu"), mfu=f("mfu"), memory_gib=f("memory_peak_gib"),
             memory_usable_gib=f("memory_usable_gib"), comm_ratio=f("comm_ratio"), days=f("days"),
             gpu_hours=f("gpu_hours"), cost_usd=f("cost_usd"), energy_kwh=f("energy_kwh"), power_kw=f("power_kw"),
-            scaling_efficiency=f("tokens_per_s_per_gpu") / ref[k], bottleneck=str(r["bottleneck"][j]),
+            scaling_efficiency=ref[k] / f("gpu_hours") if f("gpu_hours") > 0 else 1.0,
+            bottleneck=str(r["bottleneck"][j]),
             binding=[b for b in ("memory", "comm_ratio") if bind[b][int(table.group[i])] < float(table.days[i])],
-        ))
-    return out
+            estimate_command=estimate_command(req, refs.setdefault(k, _gpu_ref(req, s.name)), plan),
+        )
+
+    return [point(i) for i in rows], [point(i) for i in extra]

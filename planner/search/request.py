@@ -13,19 +13,27 @@ evaluating it.
 
 from __future__ import annotations
 
+import itertools
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
+from plan_search.models.io import parse_token_count
 from plan_search.planner.costmodel.estimate import Estimate
+from plan_search.planner.costmodel.knobs import broadcast_knobs, knob_specs
 from plan_search.planner.costmodel.plan import Plan
 
-Objective = Literal["fastest", "cheapest", "fewest-gpus", "least-energy", "best-mfu"]
-OBJECTIVES: tuple[str, ...] = ("fastest", "cheapest", "fewest-gpus", "least-energy", "best-mfu")
+Objective = Literal["balanced", "fastest", "cheapest", "fewest-gpus", "least-energy", "best-mfu"]
+OBJECTIVES: tuple[str, ...] = ("balanced", "fastest", "cheapest", "fewest-gpus", "least-energy", "best-mfu")
 RecomputeChoice = Literal["none", "selective", "full", "partial"]
 
-#: Default cp domain: every rank keeps at least this many tokens of the sequence.
-MIN_CP_TOKENS = 1024
+#: Default cp domain: every rank keeps at least this many tokens of the sequence. 4096 is the
+#: shortest chunk of NVIDIA's recipes: NeMo llama3_70b pretrain_recipe, context_parallelism=2 at
+#: seq_length 8192 (NVIDIA/NeMo nemo/collections/llm/recipes/llama3_70b.py@0189a3b); below it cp
+#: only adds ring latency (cp 2 at a 2,048-token sequence is a divisibility artefact).
+MIN_CP_TOKENS = 4096
+#: Default threshold of the ``balanced`` objective (see :data:`SearchRequest.min_scaling_efficiency`).
+DEFAULT_MIN_SCALING_EFFICIENCY = 0.8
 
 #: Default training tokens when the request gives none: GPT-3's 300B (Brown et al. 2020).
 DEFAULT_TOKENS = 300e9
@@ -63,7 +71,7 @@ MAX_GPUS = 10_000_000
 #: Upper bounds of the knob values, those of :class:`planner.plan.Plan` (``recompute_layers``:
 #: ``ModelSpec.num_layers``), so that every candidate the space builds is a valid Plan and no
 #: product of degrees overflows the space's int64 columns.
-KNOB_LIMITS = {"tp": 100_000, "pp": 100_000, "cp": 100_000, "vpp": 10_000, "micro_batch": 1_000_000,
+KNOB_LIMITS = {"tp": 100_000, "pp": 100_000, "ep": 100_000, "etp": 100_000, "cp": 100_000, "vpp": 10_000, "micro_batch": 1_000_000,
                "recompute_layers": 10_000}
 #: Longest value list of ``gpus``; of a knob or ``global_batch`` (each value of those multiplies
 #: the space's construction: a few hundred are already more than any search needs).
@@ -86,7 +94,7 @@ def _positive_unique(values, name, limit=None, max_len=MAX_LIST):
     return sorted(set(int(v) for v in vals))
 
 
-class Knobs(_Doc):
+class _EnumeratedKnobs(_Doc):
     """User bounds on the plan knobs. ``None`` means the whole default domain:
 
     - ``tp``: every divisor rule of :meth:`Plan.check_against` (heads, kv-heads, ffn), inside
@@ -96,8 +104,8 @@ class Knobs(_Doc):
       unevenly Megatron's way (middle stages ``ceil(l/p)`` layers, first and last share the rest);
     - ``cp``: powers of two dividing ``seq_len/2`` (context parallelism needs FlashAttention,
       which is always on), up to ``max_cp``; by default while every rank keeps at least
-      :data:`MIN_CP_TOKENS` tokens of the sequence (``seq_len / cp >= 1024``: 2 at 2k, 8 at 8k,
-      128 at 128k) — a domain choice, not a proof: shorter ring chunks only add latency;
+      :data:`MIN_CP_TOKENS` tokens of the sequence (``seq_len / cp >= 4096``: 1 at 2k and 4k, 2 at
+      8k, 32 at 128k) — a domain choice, not a proof: shorter ring chunks only add latency;
     - ``vpp``: 1 and every divisor of the layers per (middle) stage (up to ``max_vpp`` if set),
       when the micro-batches per step are a multiple of ``pp``;
     - ``micro_batch``: powers of two dividing ``global_batch/dp``, up to ``max_micro_batch``;
@@ -105,10 +113,29 @@ class Knobs(_Doc):
     - ``recompute``: none, selective, full, and ``partial`` (full on ``k`` layers per stage for
       ``k`` in ``recompute_layers``, default a quarter, a half and three quarters of the stage);
     - ``sequence_parallel``: ``[true]`` (on whenever tp > 1); ``[true, false]`` tries both.
+    - ``ep``, ``etp`` (mixture of experts; 1 for dense models): ``ep`` powers of two dividing the
+      experts with at most 32 experts per rank, ``etp`` 1 or the row's ``tp`` (dividing the expert
+      width); ``etp * ep`` divides the stage's ``tp*cp*dp`` GPUs (Megatron-Core parallel folding).
+
+    Every other knob of :class:`Plan` (precision, FlashAttention, the overlaps, ...) is a field
+    of :class:`Knobs` too, generated from the Plan (:mod:`plan_search.planner.costmodel.knobs`):
+    a value or a list of values, ``None`` meaning the Plan's default; the space crosses them all.
+    A single value is accepted wherever a list is (``"tp": 8`` is ``"tp": [8]``).
     """
+
+    @model_validator(mode="before")
+    @classmethod
+    def _scalars_to_lists(cls, data):
+        if isinstance(data, dict):
+            listed = {"allow_cross_node_tp", "max_cp", "max_vpp", "max_micro_batch"}
+            data = {k: ([v] if k not in listed and v is not None and not isinstance(v, (list, tuple)) else v)
+                    for k, v in data.items()}
+        return data
 
     tp: list[int] | None = None
     pp: list[int] | None = None
+    ep: list[int] | None = None
+    etp: list[int] | None = None
     cp: list[int] | None = None
     vpp: list[int] | None = None
     micro_batch: list[int] | None = None
@@ -116,13 +143,15 @@ class Knobs(_Doc):
     recompute: list[RecomputeChoice] = Field(default_factory=lambda: ["none", "selective", "full", "partial"])
     recompute_layers: list[int] | None = None
     sequence_parallel: list[bool] = Field(default_factory=lambda: [True])
+    first_stage_layers: list[int] | None = Field(default=None, description="fixed first-stage layers (uneven split)")
+    last_stage_layers: list[int] | None = Field(default=None, description="fixed last-stage layers (uneven split)")
     allow_cross_node_tp: bool = False
     max_cp: int | None = Field(default=None, ge=1, le=1_000_000,
                                description="default cp domain: powers of two up to this (default seq_len/1024)")
     max_vpp: int | None = Field(default=None, ge=1, le=100_000, description="default vpp domain: divisors up to this")
     max_micro_batch: int = Field(default=8, ge=1, le=1_000_000, description="default micro-batch domain cap")
 
-    @field_validator("tp", "pp", "cp", "vpp", "micro_batch", "recompute_layers")
+    @field_validator("tp", "pp", "cp", "vpp", "micro_batch", "recompute_layers", "ep", "etp")
     @classmethod
     def _ints(cls, v, info):
         return _positive_unique(v, info.field_name, KNOB_LIMITS[info.field_name], MAX_KNOB_LIST)
@@ -150,6 +179,58 @@ class Knobs(_Doc):
         return sorted(set(v), reverse=True)
 
 
+def _broadcast_field(spec):
+    if spec.kind == "choice":
+        item = Literal[spec.choices]
+    else:
+        item = {"bool": bool, "int": int, "float": float}[spec.kind]
+    if spec.optional:
+        item = item | None
+    return (list[item] | None, Field(default=None, min_length=1, max_length=MAX_KNOB_LIST,
+                                     description=f"{spec.description} (a value or a set; default {spec.default!r})"))
+
+
+def _unique(values, info):
+    if values is None:
+        return None
+    out = []
+    for v in values:
+        if isinstance(v, bool) != (info.field_name in _BOOL_KNOBS):
+            raise ValueError(f"{info.field_name}: {v!r} has the wrong type")
+        if v not in out:
+            out.append(v)
+    return out
+
+
+_BOOL_KNOBS = {k.name for k in broadcast_knobs() if k.kind == "bool"}
+
+#: The search's knobs: the enumerated ones above plus every other Plan knob, generated from
+#: :class:`Plan` so that a knob added there is a request field with the same name and default.
+Knobs = create_model(
+    "Knobs", __base__=_EnumeratedKnobs, __module__=__name__,
+    __validators__={"_unique_broadcast": field_validator(*[k.name for k in broadcast_knobs()])(_unique)},
+    **{k.name: _broadcast_field(k) for k in broadcast_knobs() if k.name not in _EnumeratedKnobs.model_fields},
+)
+Knobs.__doc__ = _EnumeratedKnobs.__doc__
+
+
+def knob_values(knobs, name: str) -> list:
+    """The values of broadcast knob ``name`` a search crosses: the given ones or the Plan's default."""
+    vals = getattr(knobs, name)
+    return list(vals) if vals is not None else [Plan.model_fields[name].default]
+
+
+def knob_combinations(knobs) -> list[dict]:
+    """Every combination of the broadcast knobs' values, in a fixed order (the first is the
+    combination of the first values)."""
+    names = [k.name for k in broadcast_knobs()]
+    return [dict(zip(names, combo)) for combo in itertools.product(*(knob_values(knobs, n) for n in names))]
+
+
+#: Every Plan knob's name: a request accepts each at its top level too (moved into ``knobs``).
+_KNOB_NAMES = {k.name for k in knob_specs()}
+
+
 class SearchRequest(_Doc):
     """A search: one model, one or more GPU types, GPU counts, batch, constraints, objective.
 
@@ -171,6 +252,10 @@ class SearchRequest(_Doc):
     gpus_step: int | None = Field(default=None, gt=0, le=MAX_GPUS, description="default: GPUs per node")
     max_nodes: int | None = Field(default=None, gt=0, le=10_000_000, description="caps GPU counts at nodes x GPUs/node")
     global_batch: list[int] | None = Field(default=None, description="sequences per step; default the model's")
+    global_batch_tolerance: float = Field(
+        default=0.0, ge=0.0, lt=0.5,
+        description="relative tolerance of global_batch: each layout uses the batch nearest the target that "
+                    "its dp divides, within target x (1 +- tolerance) (CLI: --global-batch 1536~5%)")
     seq_len: int | None = Field(default=None, gt=0, le=100_000_000, description="default the model's")
     tokens: float = Field(default=DEFAULT_TOKENS, gt=0, lt=1e18, description="training tokens of the run")
     deadline_days: float | None = Field(default=None, gt=0)
@@ -180,20 +265,58 @@ class SearchRequest(_Doc):
                                    description="fraction of GPU memory kept free (plan-estimate's default)")
     max_comm_ratio: float | None = Field(default=None, gt=0.0, le=1.0,
                                          description="max exposed communication / step time")
-    knobs: Knobs = Field(default_factory=Knobs)
-    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
-    overlap_tp_comm: bool = Field(default=True, description="TP communication overlap (TE userbuffers)")
-    fp32_grads: bool = Field(default=True, description="fp32 gradient accumulation and reduction (Megatron)")
+    knobs: Knobs = Field(default_factory=Knobs,
+                         description="plan knobs: a value or a set each (any of them may also be given at the top level)")
     checkpoint_interval_h: float = Field(default=1.0, gt=0, le=1e6)
     framework: Literal["megatron", "deepspeed", "torchtitan", "nemo"] | None = Field(
         default=None, description="restrict the plans to what this framework can run (planner.frameworks)")
-    objective: Objective = "fastest"
+    objective: Objective = Field(
+        default="balanced",
+        description="balanced: with deadline_days the cheapest plan that meets it, else with budget_usd the "
+                    "fastest within it, else the fastest plan whose scaling efficiency (cost of the cheapest "
+                    "plan / its cost) is at least min_scaling_efficiency")
+    min_scaling_efficiency: float = Field(
+        default=DEFAULT_MIN_SCALING_EFFICIENCY, gt=0.0, le=1.0,
+        description="balanced objective: the lowest scaling efficiency (cheapest plan's dollars / the plan's "
+                    "dollars; per GPU type, GPU-hours) accepted for speed")
     solver: Literal["cpsat", "exhaustive"] = "cpsat"
     time_limit_s: float = Field(default=10.0, gt=0, le=86_400)
-    workers: int = Field(default=1, ge=1, le=256)
+    solver_threads: int = Field(default=1, ge=1, le=256, description="CP-SAT worker threads")
     seed: int = Field(default=0, ge=0, le=2**31 - 1)
     max_candidates: int = Field(default=5_000_000, gt=0, le=100_000_000,
                                 description="refuse larger spaces per system (about 200 bytes each)")
+
+    format: Literal["json", "table", "csv"] | None = Field(
+        default=None, description="output format of plan-search --request (default json for a request file)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _as_the_cli_takes_it(cls, data):
+        """What the CLI takes: a GPU name or a comma-separated list, token counts with units
+        (``"300B"``), and any plan knob at the top level (moved into ``knobs``)."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if isinstance(data.get("gpu"), str):
+            data["gpu"] = [g for g in data["gpu"].split(",")] or [data["gpu"]]
+        if data.get("tokens") is not None:  # text with units, or a number (a boolean is not a count)
+            data["tokens"] = parse_token_count(data["tokens"], "tokens")
+        if "workers" in data and "solver_threads" not in data:
+            data["solver_threads"] = data.pop("workers")
+        top = [k for k in data if k in _KNOB_NAMES]
+        if top:
+            knobs = data.get("knobs") or {}
+            if isinstance(knobs, BaseModel):
+                knobs = knobs.model_dump(exclude_unset=True)
+            if not isinstance(knobs, dict):
+                return data
+            knobs = dict(knobs)
+            for k in top:
+                if k in knobs:
+                    raise ValueError(f"{k}: given both at the top level and in knobs; give it once")
+                knobs[k] = data.pop(k)
+            data["knobs"] = knobs
+        return data
 
     @field_validator("gpu")
     @classmethod
@@ -258,10 +381,13 @@ class FrontPoint(_Doc):
     energy_kwh: float
     power_kw: float
     scaling_efficiency: float = Field(
-        description="tokens/s per GPU relative to the smallest GPU count on the front (same system)")
+        description="tokens per GPU-hour relative to the most efficient point of the same system on the front "
+                    "(its cheapest): 1.0 there, 0.8 when the run takes 25% more GPU-hours")
     bottleneck: str = Field(description="largest share of the step, named by its resource")
     binding: list[str] = Field(
         description="constraints that exclude a faster plan at this GPU count (memory, comm_ratio)")
+    estimate_command: str = Field(
+        default="", description="the plan-estimate command that reproduces this point's figures")
 
 
 class SearchStats(_Doc):
@@ -280,7 +406,7 @@ class SearchStats(_Doc):
     total_s: float
     proven_optimal: bool
     solver: str
-    workers: int
+    solver_threads: int
 
 
 class ResolvedInputs(_Doc):
@@ -303,8 +429,18 @@ class SearchResult(_Doc):
     front: list[FrontPoint]
     recommended: Estimate
     recommended_index: int | None = Field(description="index of the recommended plan in front (None: not on it)")
+    recommended_command: str = Field(
+        default="", description="the plan-estimate command that reproduces the recommended plan's figures")
     objective: str
     reason: str
+    landmarks: dict[str, int] = Field(
+        default_factory=dict,
+        description="indices in front of the points a person looks at first: fewest-gpus, cheapest, balanced "
+                    "(the fastest at >= min_scaling_efficiency), fastest, recommended")
+    other_fronts: list[FrontPoint] = Field(
+        default_factory=list,
+        description="with several GPU types: each type's own front points that another type dominates "
+                    "(so a dominated type can still be drawn and compared)")
     stats: SearchStats
     inputs: ResolvedInputs
     request: SearchRequest

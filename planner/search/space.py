@@ -12,7 +12,8 @@ rebuilt by :meth:`Space.plan` validate and give back the same row), within the u
 - ``pp`` divides the layers, or, when it does not and ``pp > 2``, splits them as Megatron's
   uneven first/last stages do (the rule of :mod:`planner.calibration`): middle stages take
   ``ceil(l/p)`` layers and the first and last share the rest equally (skipped when the rest is
-  odd or below 2);
+  odd or when an end stage would hold fewer than 2 layers or less than half a middle stage:
+  such splits exist only to make a GPU count divide);
 - ``cp`` powers of two with ``seq_len % (2 cp) == 0`` (FlashAttention is always on);
 - ``dp = N / (tp pp cp)`` an integer, ``global_batch % (dp * micro_batch) == 0``;
 - ``vpp`` 1, or a divisor of the layers per (middle) stage with ``pp > 1``, ``pp vpp <= l`` and
@@ -22,8 +23,12 @@ rebuilt by :meth:`Space.plan` validate and give back the same row), within the u
   the same execution);
 - recomputation none / selective / full (every layer) / partial (full on ``k`` layers per stage,
   ``1 <= k <`` the largest stage; duplicates of another ``k`` dropped);
-- sequence parallelism on when tp > 1 (both settings if asked), precision and fp32 gradient
-  accumulation from the request, FlashAttention and every overlap on.
+- sequence parallelism on when tp > 1 (both settings if asked);
+- every other knob of :class:`Plan` (precision, FlashAttention, fp32 gradients, the overlaps,
+  ...: :func:`~plan_search.planner.costmodel.knobs.broadcast_knobs`) as the request gives it, a
+  value or a set; the space is crossed with every combination (by default the Plan's defaults
+  alone, so a search and ``plan-estimate`` price a plan with the same knobs). A combination
+  that a rule excludes on some rows (FlashAttention off with cp > 1) drops those rows.
 
 The enumeration crosses small arrays stage by stage (layouts, then micro-batches, virtual
 stages, ZeRO, recomputation, sequence parallelism), masking after each cross, so no Plan object
@@ -43,9 +48,16 @@ from plan_search.hardware.spec import ClusterSpec
 from plan_search.models.io import InputError
 from plan_search.models.spec import ModelSpec
 
+from dataclasses import fields as dc_fields
+
 from plan_search.planner.costmodel.arrays import PlanArrays
-from plan_search.planner.costmodel.plan import PRECISION_CODES, Plan
-from plan_search.planner.search.request import MIN_CP_TOKENS, Knobs
+from plan_search.planner.costmodel.plan import Plan
+from plan_search.planner.search.request import MIN_CP_TOKENS, Knobs, knob_combinations
+
+#: PlanArrays columns the enumeration builds itself; every other column comes from the
+#: broadcast knobs of the row's combination.
+CORE_COLUMNS = ("num_gpus", "tp", "pp", "dp", "cp", "vpp", "zero", "mb", "gb", "seq", "recompute", "rc_layers",
+                "sp", "first", "mid", "last", "ep", "etp")
 
 RC_NONE, RC_SELECTIVE, RC_FULL, RC_PARTIAL = 0, 1, 2, 3
 RC_NAMES = ("none", "selective", "full", "full")
@@ -62,15 +74,15 @@ class Space:
     x: PlanArrays
     rc_kind: np.ndarray  # RC_* per row (partial vs full is not in PlanArrays' recompute code)
     uneven: np.ndarray  # first/last stage layers given explicitly
-    precision: str
-    overlap_tp_comm: bool
+    combos: tuple  # the broadcast knobs' combinations (dicts of Plan fields)
+    combo: np.ndarray  # per row: index into combos
 
     def __len__(self) -> int:
         return len(self.x)
 
     def take(self, idx) -> "Space":
         return Space(self.model, self.cluster, self.x.take(idx), self.rc_kind[idx], self.uneven[idx],
-                     self.precision, self.overlap_tp_comm)
+                     self.combos, self.combo[idx])
 
     def plan(self, i: int) -> Plan:
         """Row ``i`` as a validated :class:`Plan`."""
@@ -84,21 +96,46 @@ class Space:
             num_gpus=g("num_gpus"), tp=g("tp"), pp=g("pp"), dp=g("dp"), cp=g("cp"), vpp=g("vpp"),
             zero=g("zero"), micro_batch=g("mb"), global_batch=g("gb"), seq_len=g("seq"),
             recompute=RC_NAMES[kind], recompute_layers=g("rc_layers") if kind == RC_PARTIAL else None,
-            sequence_parallel=bool(x.sp[i]), flash_attention=bool(x.fa[i]), precision=self.precision,
-            fp32_grads=bool(x.fp32_grads[i]), overlap_grad_reduce=bool(x.ovl_grad[i]),
-            overlap_param_gather=bool(x.ovl_param[i]), overlap_tp_comm=bool(x.ovl_tp[i]), **kw,
+            sequence_parallel=bool(x.sp[i]), ep=g("ep"), etp=g("etp"), **self.combos[int(self.combo[i])], **kw,
         )
 
 
-def space_of_plans(model: ModelSpec, cluster: ClusterSpec, plans: Sequence[Plan], precision: str,
-                   overlap_tp_comm: bool) -> Space:
+def space_of_plans(model: ModelSpec, cluster: ClusterSpec, plans: Sequence[Plan]) -> Space:
     """A :class:`Space` holding exactly ``plans`` (e.g. the framework-conformed candidates)."""
+    from plan_search.planner.costmodel.knobs import broadcast_knobs
+
     x = PlanArrays.from_plans(plans, model.num_layers)
     kind = np.array([RC_PARTIAL if p.recompute_layers is not None else
                      {"none": RC_NONE, "selective": RC_SELECTIVE, "full": RC_FULL}[p.recompute] for p in plans],
                     dtype=np.int64)
     uneven = np.array([p.first_stage_layers is not None or p.last_stage_layers is not None for p in plans], dtype=bool)
-    return Space(model, cluster, x, kind, uneven, precision, overlap_tp_comm)
+    names = [k.name for k in broadcast_knobs()]
+    combos: list[dict] = []
+    combo = np.zeros(len(plans), dtype=np.int64)
+    for i, p in enumerate(plans):
+        c = {n: getattr(p, n) for n in names}
+        if c not in combos:
+            combos.append(c)
+        combo[i] = combos.index(c)
+    return Space(model, cluster, x, kind, uneven, tuple(combos), combo)
+
+
+def combo_columns(combo: dict, num_layers: int) -> dict[str, object]:
+    """The PlanArrays columns (other than :data:`CORE_COLUMNS`) of a broadcast-knob combination:
+    read from a probe plan through :meth:`PlanArrays.from_plans`, the one encoding of a plan."""
+    probe = Plan.model_construct(**{**{k: f.default for k, f in Plan.model_fields.items()},
+                                    "num_gpus": 1, "dp": 1, "global_batch": 1, "seq_len": 2, **combo})
+    cols = PlanArrays.from_plans([probe], num_layers)
+    return {f.name: getattr(cols, f.name)[0] for f in dc_fields(PlanArrays) if f.name not in CORE_COLUMNS}
+
+
+def _combo_row_mask(combo: dict, x: PlanArrays) -> np.ndarray:
+    """Rows of ``x`` on which a combination is a valid plan (the Plan rules that tie a broadcast
+    knob to an enumerated one)."""
+    ok = np.ones(len(x), dtype=bool)
+    if combo.get("flash_attention") is False:
+        ok &= x.cp == 1  # context parallelism needs FlashAttention (Plan rule)
+    return ok
 
 
 # ------------------------------------------------------------------ knob domains
@@ -119,23 +156,73 @@ def tp_domain(model: ModelSpec, cluster: ClusterSpec, knobs: Knobs) -> np.ndarra
     across = (cand % dom == 0) if knobs.allow_cross_node_tp else np.zeros_like(ok)
     out = cand[ok & (inside | across)]
     if knobs.tp and out.size == 0:
-        raise InputError(
-            f"tp: none of {list(knobs.tp)} divides num_heads {a} and ffn_hidden_size {f} with kv heads {g} "
-            f"and fits the {dom}-GPU NVLink domain of {cluster.name}"
-            + ("" if knobs.allow_cross_node_tp else " (allow_cross_node_tp lifts the domain rule)")
-        )
+        raise InputError(f"tp: {_tp_refusal(model, cluster, knobs, cand, ok)}")
     return out
+
+
+def _tp_refusal(model: ModelSpec, cluster: ClusterSpec, knobs: Knobs, cand: np.ndarray, ok: np.ndarray) -> str:
+    """Why each asked tp is refused, the real reason first, and the degrees that would work."""
+    dom = cluster.node.intra_domain_size
+    a, g, f = model.num_heads, model.num_kv_heads, model.ffn_hidden_size or 0
+    why = []
+    for v, shape_ok in zip(cand.tolist(), ok.tolist()):
+        if not shape_ok:
+            bad = [f"num_heads {a}"] if a % v else []
+            bad += [f"the {g} kv heads"] if (g % v and v % g) else []
+            bad += [f"ffn_hidden_size {f}"] if f % v else []
+            why.append(f"{v} does not divide {' or '.join(bad)} of {model.name}")
+        elif knobs.allow_cross_node_tp:
+            why.append(f"{v} is neither a divisor nor a multiple of the {dom}-GPU NVLink domain of {cluster.name}")
+        else:
+            why.append(f"a tp group of {v} does not fit evenly in the {dom}-GPU NVLink domain of {cluster.name}, "
+                       f"so it would cross the slower inter-node links")
+    heads = _divisors(a)
+    good = heads[((g % heads == 0) | (heads % g == 0)) & (f % heads == 0) & (dom % heads == 0)]
+    hint = "; --allow-cross-node-tp allows multiples of the domain" if not knobs.allow_cross_node_tp else ""
+    return "; ".join(why) + f"; degrees that work: {', '.join(map(str, good.tolist()))}{hint}"
+
+
+def _pp_domain_given_ends(model: ModelSpec, knobs: Knobs):
+    """The pipeline splits when the user fixes the first and/or last stage's layers: every pp
+    (of the knob, else every pp > 1) whose split with those ends is a valid Plan."""
+    l = model.num_layers
+    cands = knobs.pp or list(range(2, l + 1))
+    rows = []
+    for pp in cands:
+        for f in knobs.first_stage_layers or [None]:
+            for la in knobs.last_stage_layers or [None]:
+                if pp < 2:
+                    continue
+                try:
+                    probe = Plan(num_gpus=pp, pp=pp, global_batch=pp, seq_len=2, first_stage_layers=f,
+                                 last_stage_layers=la, recompute="none")
+                    probe.check_against(model)
+                except (ValueError, InputError):
+                    continue
+                fs, mid, ls = probe.stage_layers(l)
+                rows.append((pp, fs, mid, ls))
+    if not rows:
+        raise InputError(
+            f"first_stage_layers: no pipeline split of {l} layers with first {knobs.first_stage_layers} and last "
+            f"{knobs.last_stage_layers} layers (pp {knobs.pp or 'any'}); the middle stages must split the rest evenly")
+    a = np.asarray(rows, dtype=np.int64)
+    return a[:, 0], a[:, 1], a[:, 2], a[:, 3], np.ones(len(a), dtype=bool)
 
 
 def pp_domain(model: ModelSpec, knobs: Knobs):
     """(pp, first, mid, last, uneven) arrays of the allowed pipeline splits."""
+    if knobs.first_stage_layers or knobs.last_stage_layers:
+        return _pp_domain_given_ends(model, knobs)
     l = model.num_layers
     cand = np.asarray(knobs.pp, dtype=np.int64) if knobs.pp else np.arange(1, l + 1, dtype=np.int64)
     cand = cand[cand <= l]
     even = l % cand == 0
     mid_u = -(-l // cand)
     edge = l - (cand - 2) * mid_u
-    uneven_ok = (~even) & (cand > 2) & (edge > 1) & (edge % 2 == 0)
+    # end stages of at least 2 layers and half a middle stage: thinner ends (pp 49 for 96 layers,
+    # one layer each) exist only to make a GPU count divide, nobody runs them
+    thick = (edge // 2 >= np.maximum(2, (mid_u + 1) // 2)) if not knobs.pp else (edge > 1)
+    uneven_ok = (~even) & (cand > 2) & (edge % 2 == 0) & thick
     keep = even | uneven_ok
     p = cand[keep]
     uneven = uneven_ok[keep]
@@ -173,6 +260,60 @@ def vpp_domain(knobs: Knobs, num_layers: int) -> np.ndarray:
     if knobs.vpp:
         return np.asarray(knobs.vpp, dtype=np.int64)
     return np.arange(1, min(knobs.max_vpp or num_layers, num_layers) + 1, dtype=np.int64)
+
+
+#: Default expert-parallel domain: ``num_experts / ep`` local experts at most this many. Fewer
+#: GPUs per expert group multiply the expert weights, gradients and optimizer states per GPU;
+#: 32 local experts keeps ep = 1 for Mixtral (8) and GPT-OSS-20B (32), and ep >= 4 for Qwen3's
+#: 128 and ep >= 8 for DeepSeek-V3's 256 experts (the published runs use ep 8-64 for those).
+MAX_LOCAL_EXPERTS = 32
+
+
+def expert_domain(model: ModelSpec, cluster: ClusterSpec, knobs: Knobs):
+    """(ep, etp) candidate pairs, before the per-layout rule of :func:`expert_pair_ok`.
+
+    Dense model: (1, 1) only. MoE: ``ep`` the powers of two dividing ``num_experts`` with at most
+    :data:`MAX_LOCAL_EXPERTS` experts per rank (or the user's ``ep``); ``etp`` 1 (the
+    Megatron-MoE ModelZoo's setting for fine-grained experts) or equal to the row's ``tp``
+    (Megatron-LM's default when ``--expert-tensor-parallel-size`` is not given), dividing the
+    expert width (or the user's ``etp``). The user's lists are checked against the model here.
+    """
+    one = np.ones(1, dtype=np.int64)
+    if not model.is_moe:
+        if (knobs.ep and knobs.ep != [1]) or (knobs.etp and knobs.etp != [1]):
+            raise InputError(f"ep: {model.name} is a dense model; ep and etp must be 1")
+        return one, one
+    E, fe = model.num_experts, model.expert_ffn_hidden_size
+    if knobs.ep:
+        ep = np.asarray(knobs.ep, dtype=np.int64)
+        bad = [int(v) for v in ep if E % v]
+        if bad:
+            raise InputError(f"ep: {bad} do not divide num_experts {E} of {model.name}; use divisors")
+    else:
+        ep = 2 ** np.arange(0, int(np.log2(E)) + 1, dtype=np.int64)
+        ep = ep[(E % ep == 0) & (E // ep <= MAX_LOCAL_EXPERTS)]
+        ep = ep if ep.size else np.asarray([E], dtype=np.int64)
+    if knobs.etp:
+        etp = np.asarray(knobs.etp, dtype=np.int64)
+        bad = [int(v) for v in etp if fe % v]
+        if bad:
+            raise InputError(f"etp: {bad} do not divide expert_ffn_hidden_size {fe} of {model.name}; use divisors")
+    else:
+        dom = cluster.node.intra_domain_size
+        etp = 2 ** np.arange(0, int(np.log2(max(dom, 1))) + 1, dtype=np.int64)
+        etp = etp[fe % etp == 0]
+        etp = -etp  # negative: "equal to the row's tp" (or 1), see expert_pair_ok
+    ep_g, etp_g = (a.ravel() for a in np.meshgrid(ep, etp, indexing="ij"))
+    return ep_g, etp_g
+
+
+def expert_pair_ok(EP, ETP, group, tp):
+    """Mask rows x pairs: ``etp * ep`` divides the stage's ``tp*cp*dp`` GPUs; a default-domain
+    ``etp`` (stored negated) is kept when it is 1 or equal to the row's ``tp``."""
+    etp = np.abs(ETP)[None, :]
+    ok = group[:, None] % (EP[None, :] * etp) == 0
+    default = ETP[None, :] < 0
+    return ok & (~default | (etp == 1) | (etp == tp[:, None]))
 
 
 # ------------------------------------------------------------------ enumeration
@@ -266,6 +407,21 @@ def _recompute_table(choices, F, M, La, num_layers):
     return ok, np.broadcast_to(rc_layers, ok.shape), np.broadcast_to(kind, ok.shape)
 
 
+def _tolerant_layouts(gb: int, tol: float, counts, t0, c0, pi0, prod0, max_candidates: int):
+    """Layouts of :func:`enumerate_space` step 1 with a batch tolerance: (tp, cp, pp) triples
+    crossed with the GPU counts they divide; dp = count / (tp cp pp); the batch is the multiple
+    of dp nearest ``gb`` (ties: the larger), kept when within ``gb x (1 +- tol)``."""
+    lo = max(1, int(np.ceil(gb * (1.0 - tol) - 1e-9)))
+    hi = int(np.floor(gb * (1.0 + tol) + 1e-9))
+    r, j = _pairs_chunked(len(prod0), len(counts), lambda rows: counts[None, :] % prod0[rows, None] == 0,
+                          max_candidates)
+    d = counts[j] // prod0[r]
+    b = np.maximum(1, np.floor(gb / d + 0.5).astype(np.int64)) * d
+    ok = (b >= lo) & (b <= hi)
+    r, d, b = r[ok], d[ok], b[ok]
+    return b, t0[r], c0[r], pi0[r], d, prod0[r] * d
+
+
 def enumerate_space(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -273,26 +429,25 @@ def enumerate_space(
     global_batches: Sequence[int],
     seq_len: int,
     knobs: Knobs | None = None,
-    precision: str = "bf16",
-    overlap_tp_comm: bool = True,
     max_candidates: int = 5_000_000,
-    fp32_grads: bool = True,
+    batch_tolerance: float = 0.0,
 ) -> Space:
-    """Every valid candidate (see the module docstring) as one :class:`Space`."""
+    """Every valid candidate (see the module docstring) as one :class:`Space`.
+
+    ``batch_tolerance`` > 0: each global batch is a target; every layout takes the batch nearest
+    it that its dp divides (ties: the larger), if that batch is within ``target x (1 +-
+    tolerance)``, instead of only the dp that divide the target exactly."""
     knobs = knobs or Knobs()
-    if model.is_moe:
-        raise InputError(
-            f"model: {model.name} is a mixture of experts; its parameters and FLOPs are counted "
-            "(plan-catalog), but the expert-parallel cost model is not implemented yet"
-        )
-    if precision == "fp8" and "fp8" not in cluster.gpu.peak_tflops:
-        raise InputError(f"precision: {cluster.gpu.name} has no FP8 tensor cores; use bf16 or a GPU with fp8")
+    combos = knob_combinations(knobs)
+    for c in combos:
+        if c.get("precision") == "fp8" and "fp8" not in cluster.gpu.peak_tflops:
+            raise InputError(f"precision: {cluster.gpu.name} has no FP8 tensor cores; use bf16 or a GPU with fp8")
     l = model.num_layers
     counts = np.unique(np.asarray(list(gpu_counts), dtype=np.int64))
     T = tp_domain(model, cluster, knobs)
     C = cp_domain(seq_len, knobs)
     P, F, M, La, U = pp_domain(model, knobs)
-    MB = micro_batch_domain(knobs, max(global_batches))
+    MB = micro_batch_domain(knobs, int(max(global_batches) * (1 + batch_tolerance)))
     V = vpp_domain(knobs, l)
 
     # 1. layouts (gb, tp, cp, pp, dp) whose product is a requested GPU count: (tp, cp, pp)
@@ -304,12 +459,22 @@ def enumerate_space(
     t0, c0, pi0, prod0 = t0[live], c0[live], pi0[live], prod0[live]
     parts = []
     for gb in sorted(set(int(g) for g in global_batches)):
+        if batch_tolerance > 0:
+            parts.append(_tolerant_layouts(gb, batch_tolerance, counts, t0, c0, pi0, prod0, max_candidates))
+            continue
         D = _divisors(gb)
         r1, j1 = _pairs_chunked(len(prod0), len(D), lambda rows: np.isin(prod0[rows, None] * D[None, :], counts),
                                 max_candidates)
         d = D[j1]
         parts.append((np.full(len(r1), gb, dtype=np.int64), t0[r1], c0[r1], pi0[r1], d, prod0[r1] * d))
     gb1, tp1, cp1, pi1, dp1, n1 = (np.concatenate([p[j] for p in parts]) for j in range(6))
+    # 1b. expert layouts (MoE): (ep, etp) pairs whose product divides the stage's tp*cp*dp GPUs
+    EP, ETP = expert_domain(model, cluster, knobs)
+    group1 = tp1 * cp1 * dp1
+    re, je = _pairs_chunked(len(gb1), len(EP), lambda rows: expert_pair_ok(EP, ETP, group1[rows], tp1[rows]),
+                            max_candidates)
+    gb1, tp1, cp1, pi1, dp1, n1 = (a[re] for a in (gb1, tp1, cp1, pi1, dp1, n1))
+    ep1, etp1 = EP[je], np.abs(ETP[je])
     # 2. micro-batch: dp * mb divides the global batch
     r2, j2 = _pairs_chunked(len(gb1), len(MB), lambda rows: gb1[rows, None] % (dp1[rows, None] * MB[None, :]) == 0,
                             max_candidates)
@@ -347,15 +512,28 @@ def enumerate_space(
     tp = tp1[lay]
     z, rci, spi = zi[combo], ri[combo], si[combo]
     kind = rc_kind_t[pi, rci]
-    ones = np.ones(n, dtype=bool)
     c64 = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
-    x = PlanArrays(
+    core = dict(
         num_gpus=c64(n1[lay]), tp=c64(tp), pp=c64(P[pi]), dp=c64(dp1[lay]), cp=c64(cp1[lay]),
         vpp=c64(v3[r]), zero=c64(Z[z]), mb=c64(mb3[r]), gb=c64(gb1[lay]),
         seq=np.full(n, seq_len, dtype=np.int64), recompute=c64(np.minimum(kind, RC_FULL)),
-        rc_layers=c64(rc_layers_t[pi, rci]), sp=S[spi] & (tp > 1), fa=ones.copy(),
-        fp8=np.full(n, PRECISION_CODES[precision], dtype=np.int64), fp32_grads=np.full(n, bool(fp32_grads)),
-        ovl_grad=ones.copy(), ovl_param=ones.copy(), ovl_tp=np.full(n, bool(overlap_tp_comm)),
-        first=c64(F[pi]), mid=c64(M[pi]), last=c64(La[pi]),
+        rc_layers=c64(rc_layers_t[pi, rci]), sp=S[spi] & (tp > 1),
+        first=c64(F[pi]), mid=c64(M[pi]), last=c64(La[pi]), ep=c64(ep1[lay]), etp=c64(etp1[lay]),
     )
-    return Space(model, cluster, x, kind.astype(np.int8), U[pi].astype(bool), precision, bool(overlap_tp_comm))
+    kind8, uneven = kind.astype(np.int8), U[pi].astype(bool)
+    if len(combos) * n > max_candidates:
+        raise _too_many(max_candidates, len(combos) * n)
+    blocks = []
+    for ci, c in enumerate(combos):
+        extra = combo_columns(c, l)
+        x = PlanArrays(**core, **{k: np.full(n, v, dtype=np.asarray(v).dtype) for k, v in extra.items()})
+        keep = _combo_row_mask(c, x)
+        idx = np.flatnonzero(keep) if not keep.all() else None
+        blocks.append((x if idx is None else x.take(idx), kind8 if idx is None else kind8[idx],
+                       uneven if idx is None else uneven[idx], np.full(int(keep.sum()), ci, dtype=np.int64)))
+    if len(blocks) == 1:
+        x, k8, un, cidx = blocks[0]
+    else:
+        x = PlanArrays(**{f.name: np.concatenate([getattr(b[0], f.name) for b in blocks]) for f in dc_fields(PlanArrays)})
+        k8, un, cidx = (np.concatenate([b[j] for b in blocks]) for j in (1, 2, 3))
+    return Space(model, cluster, x, k8, un, tuple(combos), cidx)

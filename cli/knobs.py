@@ -1,0 +1,155 @@
+"""The plan knobs as command-line options, generated from the one description of them
+(:mod:`plan_search.planner.costmodel.knobs`, read from the ``Plan`` fields).
+
+``plan-estimate`` takes one value of each knob, ``plan-search`` a value or a set; the spelling
+is the same in both: ``--tp 8`` / ``--tp 1,2,4,8`` / ``--pp 1..16``; ``--precision bf16`` /
+``--precision bf16,fp8``; a boolean knob ``--flash-attention`` (on), ``--no-flash-attention``
+(off) or ``--flash-attention on|off|both``. Every option's default is the Plan's default (shown in
+``--help``), so the two commands price a plan with the same knobs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import click
+
+#: Older spellings still accepted (hidden): option -> (knob, value).
+ALIASES = {"bf16-grads": ("fp32_grads", False)}
+
+
+def _int(text: str, name: str, minimum: int = 1) -> int:
+    t = text.strip().replace("_", "")
+    try:
+        v = float(t) if re.fullmatch(r"[0-9.]+[eE][+-]?[0-9]+", t) else int(t)
+    except (ValueError, OverflowError):
+        raise click.BadParameter(f"{text!r} is not an integer", param_hint=f"--{name}") from None
+    if not math.isfinite(v) or v != int(v) or v < minimum:
+        raise click.BadParameter(f"{text!r} must be an integer >= {minimum}", param_hint=f"--{name}")
+    return int(v)
+
+
+def parse_int_set(text: str, name: str, limit: int = 10_000_000, minimum: int = 1) -> list[int]:
+    """``8``, ``1,2,4``, ``1..16``, ``64..1024:64`` (and combinations) -> sorted unique ints."""
+    out: set[int] = set()
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        m = re.fullmatch(r"(.+?)\.\.(.+?)(?::(.+))?", part)
+        if m:
+            lo, hi = _int(m.group(1), name, minimum), _int(m.group(2), name, minimum)
+            step = _int(m.group(3), name) if m.group(3) else 1
+            if lo > hi:
+                raise click.BadParameter(f"range {part!r} is empty (low above high)", param_hint=f"--{name}")
+            if (hi - lo) // step > 1_000_000:
+                raise click.BadParameter(f"range {part!r} has too many values", param_hint=f"--{name}")
+            out.update(range(lo, hi + 1, step))
+        else:
+            out.add(_int(part, name, minimum))
+    if not out:
+        raise click.BadParameter("empty", param_hint=f"--{name}")
+    if max(out) > limit:
+        raise click.BadParameter(f"{max(out)} is too large (max {limit:,})", param_hint=f"--{name}")
+    return sorted(out)
+
+
+def _specs():
+    from plan_search.planner.costmodel.knobs import knob_specs
+
+    return knob_specs()
+
+
+def _default_text(spec) -> str:
+    if spec.default is None:
+        return "auto"
+    if spec.kind == "bool":
+        return "on" if spec.default else "off"
+    return str(spec.default)
+
+
+def knob_options(multi: bool):
+    """A decorator adding one option per plan knob (two for a boolean: ``--x [on|off]`` and
+    ``--no-x``). ``multi``: values may be sets (plan-search)."""
+
+    def deco(f):
+        for spec in reversed(_specs()):
+            opt = spec.option
+            what = spec.description
+            if spec.kind == "bool":
+                vals = "on|off|both" if multi else "on|off"
+                f = click.option(f"--no-{opt[2:]}", f"knob_no__{spec.name}", is_flag=True, default=False,
+                                 help=f"the same as {opt} off")(f)
+                f = click.option(opt, f"knob__{spec.name}", is_flag=False, flag_value="on", default=None,
+                                 metavar=f"[{vals}]",
+                                 help=f"{what} [default: {_default_text(spec)}]")(f)
+            else:
+                if spec.kind == "choice":
+                    metavar = "|".join(map(str, spec.choices)) if not multi else ",".join(map(str, spec.choices[:3])) + ("" if len(spec.choices) <= 3 else ",...")
+                elif spec.kind == "int":
+                    metavar = "N[,N|LO..HI]" if multi else "N"
+                else:
+                    metavar = "X[,X]" if multi else "X"
+                f = click.option(opt, f"knob__{spec.name}", default=None, metavar=metavar,
+                                 help=f"{what} [default: {_default_text(spec)}]")(f)
+        for alias, (knob, _value) in ALIASES.items():
+            f = click.option(f"--{alias}", f"knob_alias__{alias.replace('-', '_')}", is_flag=True, default=False, hidden=True)(f)
+        return f
+
+    return deco
+
+
+def collect(kwargs: dict, multi: bool) -> dict:
+    """Pop the knob options out of a command's ``kwargs``; return the knobs the user gave:
+    ``{name: value}`` (one value) or ``{name: [values]}`` (``multi``)."""
+    from plan_search.planner.costmodel.knobs import knob_spec, parse_value
+
+    out: dict = {}
+    for key in [k for k in kwargs if k.startswith(("knob__", "knob_no__", "knob_alias__"))]:
+        val = kwargs.pop(key)
+        if key.startswith("knob_alias__"):
+            if val:
+                knob, value = ALIASES[key[len("knob_alias__"):].replace("_", "-")]
+                out[knob] = [value] if multi else value
+            continue
+        name = key.split("__", 1)[1]
+        spec = knob_spec(name)
+        hint = spec.option if not key.startswith("knob_no__") else f"--no-{spec.option[2:]}"
+        if key.startswith("knob_no__"):
+            if val:
+                if name in out:
+                    raise click.BadParameter(f"give {spec.option} or --no-{spec.option[2:]}, not both",
+                                             param_hint=hint)
+                out[name] = [False] if multi else False
+            continue
+        if val is None:
+            continue
+        if name in out:
+            raise click.BadParameter(f"give {spec.option} or --no-{spec.option[2:]}, not both", param_hint=hint)
+        text = str(val).strip()
+        if spec.kind == "bool" and text.lower() == "both":
+            if not multi:
+                raise click.BadParameter("plan-estimate prices one plan: on or off (plan-search takes both)",
+                                         param_hint=hint)
+            out[name] = [True, False]
+            continue
+        if spec.kind == "int" and not (spec.optional and text.lower() in ("none", "auto")):
+            minimum = 0 if name in ("zero", "recompute_layers") else 1
+            vals = parse_int_set(text, spec.option[2:], minimum=minimum)
+            if not multi and len(vals) > 1:
+                raise click.BadParameter(f"plan-estimate prices one plan: one value, not {text!r} "
+                                         "(plan-search takes sets)", param_hint=hint)
+            out[name] = vals if multi else vals[0]
+            continue
+        parts = [p for p in text.split(",") if p.strip()] if multi else [text]
+        if not parts:
+            raise click.BadParameter("empty", param_hint=hint)
+        try:
+            # the search's recompute set also takes "partial" (full on k layers per stage)
+            vals = [p.strip().lower() if (multi and name == "recompute" and p.strip().lower() == "partial")
+                    else parse_value(spec, p) for p in parts]
+        except ValueError as exc:
+            raise click.BadParameter(str(exc).split(": ", 1)[-1], param_hint=hint) from None
+        out[name] = vals if multi else vals[0]
+    return out

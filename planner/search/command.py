@@ -1,0 +1,43 @@
+"""The ``plan-estimate`` command line that reproduces one plan of a search.
+
+Every front point and the recommended plan carry it (``estimate_command``, in the table, JSON and
+CSV): run it and ``plan-estimate`` prints the same step time, memory, days and dollars, because
+the search and ``plan-estimate`` evaluate the same functions with the same knobs. Knobs are
+spelled as the generated options spell them (:mod:`plan_search.cli.knobs`); only those that differ
+from the Plan's defaults are written, besides the degrees, which are always written.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from plan_search.planner.costmodel.knobs import knob_specs
+from plan_search.planner.costmodel.plan import Plan
+
+#: Knobs always written, even at their default, so the command reads as a plan.
+ALWAYS = ("tp", "pp", "cp", "vpp", "micro_batch", "zero", "recompute")
+
+
+def _value(spec, v) -> str:
+    if spec.kind == "bool":
+        return "on" if v else "off"
+    return str(v)
+
+
+def estimate_command(request, gpu_ref: str, plan: Plan) -> str:
+    """``plan-estimate --model ... --gpu ... --gpus N --tp .. ...`` for ``plan`` of ``request``."""
+    args = ["plan-estimate", "--model", request.model, "--gpu", gpu_ref, "--gpus", str(plan.num_gpus),
+            "--global-batch", str(plan.global_batch), "--seq-len", str(plan.seq_len)]
+    for spec in knob_specs():
+        v = getattr(plan, spec.name)
+        if v is None or (spec.name not in ALWAYS and v == spec.default):
+            continue
+        if spec.kind == "bool":
+            args.append(spec.option if v else f"--no-{spec.option[2:]}")
+        else:
+            args += [spec.option, _value(spec, v)]
+    args += ["--memory-headroom", repr(float(request.memory_headroom)), "--tokens", repr(float(request.tokens)),
+             "--checkpoint-interval-h", repr(float(request.checkpoint_interval_h))]
+    for s in request.sets:
+        args += ["--set", s]
+    return " ".join(shlex.quote(a) for a in args)
