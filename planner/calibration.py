@@ -172,6 +172,9 @@ def _check_numbers(row: dict, i: int) -> None:
         if f is None or not math.isfinite(f) or f < 0 or f >= 1e15:
             raise InputError(f"runs: row {i + 1}: {col}: {v[:40]!r} is not a finite non-negative number; "
                              "leave the cell empty where the source printed nothing")
+        if col == "measured_mfu" and f > 1:
+            raise InputError(f"runs: row {i + 1}: measured_mfu: {v[:40]!r} is above 1; MFU is a fraction of the "
+                             "peak (0.45 for 45%)")
 
 
 def _int(v: str) -> int | None:
@@ -339,6 +342,10 @@ def _candidates(row: dict, model: ModelSpec, conv: dict, n: int) -> tuple[list[P
     return out, free
 
 
+#: Largest runs CSV read (the published runs are ~30 kB).
+MAX_RUNS_BYTES = 16 * 1024 * 1024
+
+
 def load_runs(path: str | Path | None = None, gpu: str | None = None) -> list[RunRecord]:
     """Read a runs CSV (default: the project's copy of the published runs) into records.
 
@@ -348,14 +355,31 @@ def load_runs(path: str | Path | None = None, gpu: str | None = None) -> list[Ru
     if path is None:
         text = resources.files("plan_search.planner").joinpath("published_runs.csv").read_text(encoding="utf-8")
     else:
-        p = Path(path)
-        if not p.is_file():
-            raise InputError(f"runs: file {str(p)!r} not found")
+        from plan_search.models.io import expand_path, short_repr
+        from plan_search.models.output import reason
+
+        p = expand_path(path)
         try:
+            regular = p.is_file()
+        except (OSError, ValueError):
+            regular = False
+        if not regular:
+            raise InputError(f"runs: file {short_repr(str(path), 120)} not found (or not a regular file)")
+        try:
+            if p.stat().st_size > MAX_RUNS_BYTES:
+                raise InputError(f"runs: {short_repr(p.name)} is larger than the limit of {MAX_RUNS_BYTES:,} bytes")
             text = p.read_text(encoding="utf-8")
         except UnicodeDecodeError:
-            raise InputError(f"runs: {p.name} is not UTF-8 text (a CSV in the layout of published_runs.csv)") from None
-    rows = list(csv.DictReader(io.StringIO(text, newline="")))
+            raise InputError(f"runs: {short_repr(p.name)} is not UTF-8 text (a CSV in the layout of "
+                             "published_runs.csv)") from None
+        except OSError as exc:
+            raise InputError(f"runs: cannot read {short_repr(str(path), 120)} ({reason(exc)})") from None
+    try:
+        # every cell a string ("" where a short row has none); cells past the header are dropped
+        rows = [{k: (v if isinstance(v, str) else "") for k, v in row.items() if k is not None}
+                for row in csv.DictReader(io.StringIO(text, newline=""))]
+    except csv.Error as exc:
+        raise InputError(f"runs: not a readable CSV ({' '.join(str(exc).split())[:120]})") from None
     required = {"source", "model", "gpu", "num_gpus", "global_batch", "seq_len"}
     if rows and not required <= set(rows[0]):
         missing = ", ".join(sorted(required - set(rows[0])))
@@ -367,6 +391,11 @@ def load_runs(path: str | Path | None = None, gpu: str | None = None) -> list[Ru
             g = _gpu_for(row)
         except InputError:
             continue
+        tfl = _num(row.get("measured_tflops_per_gpu"))
+        top = max(get_cluster(g).gpu.peak_tflops.values())
+        if tfl is not None and tfl > top:
+            raise InputError(f"runs: row {i + 1}: measured_tflops_per_gpu: {tfl:g} is above the {g} peak of "
+                             f"{top:g} TFLOP/s (an MFU above 1); give TFLOP/s per GPU")
         if gpu and get_cluster(gpu).name != g:
             continue
         if _num(row.get("num_experts")):

@@ -104,12 +104,17 @@ def _plain_log_labels(axis) -> None:
 
 
 def _save(fig, path) -> Path:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, dpi=130)
+    """Written atomically (``models.output``): a failed write leaves the previous file whole."""
     import matplotlib.pyplot as plt
 
-    plt.close(fig)
+    from plan_search.models.output import atomic_output
+
+    p = Path(path)
+    try:
+        with atomic_output(p, "--plot") as tmp:
+            fig.savefig(tmp, dpi=130, format=p.suffix.lstrip(".").lower() or "png")
+    finally:
+        plt.close(fig)
     return p
 
 
