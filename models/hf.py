@@ -34,17 +34,36 @@ MoE (Mixtral)       num_local_experts, num_experts_per_tok (experts use intermed
 MoE (Qwen-MoE)      num_experts, num_experts_per_tok, moe_intermediate_size,
                     shared_expert_intermediate_size (one shared expert), decoder_sparse_step,
                     mlp_only_layers
-MoE (DeepSeek)      n_routed_experts, n_shared_experts, num_experts_per_tok,
-                    moe_intermediate_size, first_k_dense_replace, moe_layer_freq
+MoE (DeepSeek,      n_routed_experts, n_shared_experts, num_experts_per_tok,
+Kimi-K2)            moe_intermediate_size, first_k_dense_replace, moe_layer_freq; scoring_func
+                    (sigmoid), topk_method ``noaux_tc`` -> aux-loss-free expert bias, n_group /
+                    topk_group (group-limited routing when n_group > 1)
+MoE (Llama 4)       num_local_experts, num_experts_per_tok, intermediate_size (routed and the one
+                    shared expert), intermediate_size_mlp (dense layers), moe_layers else
+                    interleave_moe_layer_step (layers step-1, 2*step-1, ...)
+MoE (GPT-OSS)       num_local_experts, num_experts_per_tok / experts_per_token, intermediate_size;
+                    router and expert biases, attention sinks (family gpt_oss)
+MoE (Qwen2-MoE)     shared_expert_gate (one ``h -> 1`` gate on the shared expert)
+MLA (DeepSeek-V2/   q_lora_rank (null = full-rank Q), kv_lora_rank, qk_rope_head_dim,
+V3, Kimi-K2)        qk_nope_head_dim, v_head_dim; head_dim = nope + rope, kv heads = heads
+v_head_dim          v_head_dim (MLA); default head_dim
+qk_norm             families with per-head Q/K RMSNorm: qwen3, qwen3_moe, gemma3 (Llama 4's
+                    ``use_qk_norm`` is a weightless L2 norm: no parameters)
+local attention     layer_types (sliding_attention / chunked_attention vs full_attention) with
+                    sliding_window or attention_chunk_size; Llama 4: attention_chunk_size with
+                    no_rope_layers / no_rope_layer_interval (NoPE layers are global); Gemma 2/3:
+                    sliding_window with sliding_window_pattern; otherwise a sliding_window below
+                    the context makes every layer local unless use_sliding_window is false
+                    (Qwen2: layers >= max_window_layers)
+MTP                 num_nextn_predict_layers
 ==================  =======================================================================
 
-Not modelled (raises :class:`~models.io.InputError`): DeepSeek multi-head latent attention
-(``kv_lora_rank``) -- its low-rank Q/KV projections have no GQA equivalent that keeps both the
-parameter and the FLOP count, so an approximation would silently mislead; OPT's
-``word_embed_proj_dim != hidden_size`` projection; MoE layer patterns that are not "the first
-``n`` layers dense, then every ``k``-th layer MoE". Small extras are ignored: Qwen2-MoE's
-shared-expert gate (``h`` weights per layer), BLOOM's embedding LayerNorm, the o_proj bias of
-configs with ``attention_bias`` but no MLP bias.
+Not modelled (raises :class:`~models.io.InputError`): OPT's ``word_embed_proj_dim != hidden_size``
+projection; MoE layer patterns that are not "the first ``n`` layers dense, then every ``k``-th
+layer MoE"; local/global attention patterns that are not "every ``n``-th layer global".
+Small extras are ignored: BLOOM's embedding LayerNorm, the o_proj bias of configs with
+``attention_bias`` but no MLP bias, vision towers of multimodal configs (the text model under
+``text_config`` is read).
 """
 
 from __future__ import annotations
@@ -63,7 +82,7 @@ GATED_FAMILIES = frozenset(
         "deepseek_v2", "deepseek_v3", "gemma", "gemma2", "gemma3", "gemma3_text", "phi3",
         "olmo", "olmo2", "olmoe", "granite", "granitemoe", "internlm2", "baichuan", "cohere",
         "yi", "exaone", "minicpm", "stablelm", "jamba", "dbrx", "arctic", "glm", "glm4",
-        "hunyuan", "ernie4_5", "smollm3", "llama4_text", "minimax", "mistral3",
+        "hunyuan", "ernie4_5", "smollm3", "llama4_text", "minimax", "mistral3", "gpt_oss", "kimi_k2",
     }
 )
 # Config classes whose ``tie_word_embeddings`` defaults to False (HF's base default is True).
@@ -72,7 +91,7 @@ UNTIED_FAMILIES = frozenset(
         "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek",
         "deepseek_v2", "deepseek_v3", "gpt_neox", "nemotron", "phi3", "olmo", "olmo2", "olmoe",
         "granite", "granitemoe", "internlm2", "baichuan", "falcon", "jamba", "dbrx", "arctic",
-        "stablelm", "exaone", "minicpm", "hunyuan", "llama4_text", "mistral3",
+        "stablelm", "exaone", "minicpm", "hunyuan", "llama4_text", "mistral3", "gpt_oss", "kimi_k2",
     }
 )
 RMSNORM_FAMILIES = frozenset(
@@ -87,6 +106,14 @@ BIASED_FAMILIES = frozenset(
     {"gpt2", "gpt_bigcode", "opt", "bloom", "gpt_neox", "gptj", "phi", "starcoder2", "gpt_neo", "persimmon"}
 )
 QKV_BIAS_FAMILIES = frozenset({"qwen2", "qwen2_moe", "qwen2_vl"})
+# Families whose attention has per-head RMSNorms on Q and K (HF Qwen3Attention.q_norm/k_norm,
+# Gemma3Attention); Llama 4's use_qk_norm is a weightless L2 norm and adds no parameter.
+QK_NORM_FAMILIES = frozenset({"qwen3", "qwen3_moe", "gemma3", "gemma3_text"})
+# GPT-OSS (HF GptOssAttention / GptOssExperts / GptOssTopKRouter): biases on every projection,
+# on the experts and on the router, one learned sink logit per head.
+SINK_FAMILIES = frozenset({"gpt_oss"})
+# DeepSeek-V2/V3-style configs (Kimi-K2 reuses DeepseekV3ForCausalLM with model_type kimi_k2).
+DEEPSEEK_FAMILIES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2"})
 
 _DROPOUT_KEYS = (
     "attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop", "dropout",
@@ -160,22 +187,36 @@ def _activation(cfg: dict[str, Any], family: str, where: str) -> str:
     raise InputError(f"{where}: {key}: activation {short_repr(act)} is not modelled; use silu, gelu, relu or relu2")
 
 
+def _layer_list(cfg: dict[str, Any], key: str, num_layers: int, where: str) -> list[int] | None:
+    """A list of layer indices (``mlp_only_layers``, ``moe_layers``), or None when absent."""
+    only = cfg.get(key)
+    if only is None:
+        return None
+    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+        raise InputError(f"{where}: {key} must be a list of layer indices (got {short_repr(only)})")
+    return only
+
+
 def _sparse_layers(cfg: dict[str, Any], family: str, num_layers: int, where: str) -> list[int]:
     """Indices of the MoE layers by the config's own rule."""
-    if cfg.get("n_routed_experts") is not None:  # DeepSeek
+    if cfg.get("n_routed_experts") is not None:  # DeepSeek (HF DeepseekV3DecoderLayer)
         first = cfg.get("first_k_dense_replace") or 0
         freq = cfg.get("moe_layer_freq") or 1
         first = _as_int(first, "first_k_dense_replace", where) if first else 0
         freq = _as_int(freq, "moe_layer_freq", where)
         return [i for i in range(num_layers) if i >= first and i % freq == 0]
+    if family.startswith("llama4") or "interleave_moe_layer_step" in cfg:
+        # HF Llama4TextConfig: moe_layers, else range(step - 1, num_layers, step).
+        listed = _layer_list(cfg, "moe_layers", num_layers, where)
+        if listed is not None:
+            return sorted({i for i in listed if 0 <= i < num_layers})
+        step = _as_int(cfg.get("interleave_moe_layer_step") or 1, "interleave_moe_layer_step", where)
+        return list(range(step - 1, num_layers, step))
     if family.startswith("qwen") or "decoder_sparse_step" in cfg or "mlp_only_layers" in cfg:
         step = _as_int(cfg.get("decoder_sparse_step") or 1, "decoder_sparse_step", where)
-        only = cfg.get("mlp_only_layers") or []
-        if not isinstance(only, list) or not all(isinstance(i, int) for i in only):
-            raise InputError(f"{where}: mlp_only_layers must be a list of layer indices (got {short_repr(only)})")
-        skip = set(only)  # a set: the list can be as long as the document
+        skip = set(_layer_list(cfg, "mlp_only_layers", num_layers, where) or [])  # a set: the list can be long
         return [i for i in range(num_layers) if i not in skip and (i + 1) % step == 0]
-    return list(range(num_layers))  # Mixtral-style: every layer
+    return list(range(num_layers))  # Mixtral / GPT-OSS style: every layer
 
 
 def _fit_layer_pattern(sparse: list[int], num_layers: int, where: str) -> tuple[int, int]:
@@ -186,8 +227,8 @@ def _fit_layer_pattern(sparse: list[int], num_layers: int, where: str) -> tuple[
     if pattern != sparse:
         shown = ",".join(str(i) for i in sparse[:12]) + ("..." if len(sparse) > 12 else "")
         raise InputError(
-            f"{where}: mlp_only_layers/decoder_sparse_step: MoE layers [{shown}] are not 'first n dense, "
-            "then every k-th'; write a YAML spec with first_dense_layers and moe_layer_freq instead"
+            f"{where}: mlp_only_layers/decoder_sparse_step/moe_layers: MoE layers [{shown}] are not 'first n "
+            "dense, then every k-th'; write a YAML spec with first_dense_layers and moe_layer_freq instead"
         )
     return first, freq
 
@@ -199,8 +240,13 @@ def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, ffn: int, whe
     experts = _as_int(experts, key, where) if experts else 0
     if experts <= 1:
         return {}
-    k = _int(cfg, ("num_experts_per_tok", "moe_top_k", "top_k"), where, what="experts used per token")
-    expert_ffn = _int(cfg, ("moe_intermediate_size",), where, required=False) or ffn
+    k = _int(cfg, ("num_experts_per_tok", "experts_per_token", "moe_top_k", "top_k"), where,
+             what="experts used per token")
+    llama4 = family.startswith("llama4")
+    if llama4:  # intermediate_size is the expert width; the dense MLP is intermediate_size_mlp
+        expert_ffn = _int(cfg, ("intermediate_size",), where, what="expert width")
+    else:
+        expert_ffn = _int(cfg, ("moe_intermediate_size",), where, required=False) or ffn
     out: dict[str, Any] = {
         "num_experts": experts,
         "experts_per_token": k,
@@ -215,6 +261,22 @@ def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, ffn: int, whe
         out["shared_expert_ffn_hidden_size"] = _as_int(
             cfg["shared_expert_intermediate_size"], "shared_expert_intermediate_size", where
         )
+        out["shared_expert_gate"] = family == "qwen2_moe"  # HF Qwen2MoeSparseMoeBlock.shared_expert_gate
+    elif llama4:  # HF Llama4TextMoe: one shared expert of intermediate_size
+        out["num_shared_experts"] = 1
+        out["shared_expert_ffn_hidden_size"] = expert_ffn
+    if family in DEEPSEEK_FAMILIES or cfg.get("n_routed_experts") is not None:
+        score = _text(cfg.get("scoring_func"), "scoring_func", where)
+        if score in ("sigmoid", "softmax"):
+            out["router_score"] = score
+        method = _text(cfg.get("topk_method"), "topk_method", where)
+        out["router_expert_bias"] = method == "noaux_tc"  # HF DeepseekV3TopkRouter.e_score_correction_bias
+        groups = _int(cfg, ("n_group",), where, required=False) or 1
+        if groups > 1 and method in ("group_limited_greedy", "noaux_tc"):
+            out["router_num_groups"] = groups
+            out["router_group_topk"] = _int(cfg, ("topk_group",), where, what="groups per token")
+    if family in SINK_FAMILIES:
+        out["router_bias"] = True  # GptOssTopKRouter has a bias
     sparse = _sparse_layers(cfg, family, num_layers, where)
     if not sparse:
         return {}
@@ -222,6 +284,88 @@ def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, ffn: int, whe
     out["first_dense_layers"] = first
     out["moe_layer_freq"] = freq
     return out
+
+
+def _mla_fields(cfg: dict[str, Any], where: str) -> dict[str, Any]:
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): ranks and head widths."""
+    if cfg.get("kv_lora_rank") is None:
+        return {}
+    out: dict[str, Any] = {
+        "kv_lora_rank": _as_int(cfg["kv_lora_rank"], "kv_lora_rank", where),
+        "q_lora_rank": _int(cfg, ("q_lora_rank",), where, required=False),  # null: full-rank Q projection
+        "qk_rope_head_dim": _int(cfg, ("qk_rope_head_dim",), where, what="MLA rotary head width"),
+        "qk_nope_head_dim": _int(cfg, ("qk_nope_head_dim",), where, what="MLA non-rotary head width"),
+    }
+    out["head_dim"] = out["qk_nope_head_dim"] + out["qk_rope_head_dim"]
+    out["v_head_dim"] = _int(cfg, ("v_head_dim",), where, required=False) or out["qk_nope_head_dim"]
+    return out
+
+
+def _global_every(local: list[bool], key: str, where: str) -> int:
+    """``global_attention_every`` reproducing the per-layer local/global list exactly."""
+    n_layers = len(local)
+    if all(local):
+        return 0
+    first_global = local.index(False)
+    n = first_global + 1
+    if [(i + 1) % n != 0 for i in range(n_layers)] != local:
+        raise InputError(
+            f"{where}: {key}: local/global attention layers are not 'every n-th layer global'; "
+            "write a YAML spec with attention_window and global_attention_every instead"
+        )
+    return n
+
+
+def _window_fields(cfg: dict[str, Any], family: str, num_layers: int, seq_len: int, where: str) -> dict[str, Any]:
+    """Sliding-window / chunked attention and which layers use it."""
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types:
+        if len(types) != num_layers or not all(isinstance(t, str) for t in types):
+            raise InputError(f"{where}: layer_types must list one attention type per layer ({num_layers})")
+        local = [t in ("sliding_attention", "chunked_attention") for t in types]
+        if not any(local):
+            return {}
+        chunked = "chunked_attention" in types
+        key = "attention_chunk_size" if chunked else "sliding_window"
+        window = _int(cfg, (key,), where, what="local attention span")
+        return {"attention_window": window, "attention_window_kind": "chunked" if chunked else "sliding",
+                "global_attention_every": _global_every(local, "layer_types", where)}
+    if family.startswith("llama4") and cfg.get("attention_chunk_size"):
+        # HF Llama4TextConfig: RoPE layers (no_rope_layers[i] == 1) use chunked attention, NoPE layers are global.
+        window = _as_int(cfg["attention_chunk_size"], "attention_chunk_size", where)
+        flags = cfg.get("no_rope_layers")
+        if isinstance(flags, list) and flags:
+            if len(flags) != num_layers:
+                raise InputError(f"{where}: no_rope_layers must have one entry per layer ({num_layers})")
+            local = [bool(f) for f in flags]
+        else:
+            n = _as_int(cfg.get("no_rope_layer_interval") or 4, "no_rope_layer_interval", where)
+            local = [(i + 1) % n != 0 for i in range(num_layers)]
+        if not any(local):
+            return {}
+        return {"attention_window": window, "attention_window_kind": "chunked",
+                "global_attention_every": _global_every(local, "no_rope_layers", where)}
+    window = cfg.get("sliding_window")
+    if window is None or isinstance(window, bool) or cfg.get("use_sliding_window") is False:
+        return {}
+    window = _as_int(window, "sliding_window", where)
+    if window >= seq_len:
+        return {}
+    if family.startswith("gemma2") or family.startswith("gemma3"):
+        # Gemma 2: every other layer local; Gemma 3: sliding_window_pattern (5 local : 1 global).
+        default = 6 if family.startswith("gemma3") else 2
+        n = _as_int(cfg.get("sliding_window_pattern") or default, "sliding_window_pattern", where)
+        return {"attention_window": window, "global_attention_every": n}
+    if cfg.get("use_sliding_window") is True and cfg.get("max_window_layers"):  # Qwen2: layers >= max_window_layers
+        first_local = _as_int(cfg["max_window_layers"], "max_window_layers", where)
+        if first_local >= num_layers:
+            return {}
+        if first_local > 0:
+            raise InputError(
+                f"{where}: max_window_layers: {first_local} full-attention layers before the sliding ones is "
+                "not modelled; write a YAML spec with attention_window instead"
+            )
+    return {"attention_window": window}
 
 
 def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSpec:
@@ -238,12 +382,6 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
         if isinstance(nested, dict):  # multimodal wrappers keep the LM under text_config
             cfg = {**nested, "model_type": nested.get("model_type", cfg.get("model_type"))}
     family = _text(cfg.get("model_type") or None, "model_type", where)
-
-    if cfg.get("kv_lora_rank") is not None:
-        raise InputError(
-            f"{where}: kv_lora_rank: multi-head latent attention (DeepSeek MLA) is not modelled yet; "
-            "write a YAML spec with an equivalent num_kv_heads/head_dim to approximate it"
-        )
 
     layers = _int(cfg, ("num_hidden_layers", "n_layer", "num_layers", "n_layers"), where, what="number of layers")
     if layers > MAX_LAYERS:  # before the MoE layer pattern walks them
@@ -296,7 +434,7 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
     else:
         position = "learned"
 
-    default_bias = family in BIASED_FAMILIES
+    default_bias = family in BIASED_FAMILIES or family in SINK_FAMILIES
     any_bias = _bool(cfg, ("bias", "use_bias", "enable_bias", "add_bias_linear"))
     if any_bias is None:
         any_bias = default_bias
@@ -331,6 +469,21 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
         "dropout": dropout,
         "source": f"HF config {name}" + (f" (model_type {family})" if family else ""),
     }
+    mla = _mla_fields(cfg, where)
+    if mla:
+        fields.update(mla)
+        fields["num_kv_heads"] = heads  # MLA decompresses one key/value per query head
+    if family in QK_NORM_FAMILIES:
+        fields["qk_norm"] = True
+    if family in SINK_FAMILIES:
+        fields["attention_sinks"] = True
+        fields["bias"] = True if mlp_bias is None else mlp_bias  # GptOssExperts carry biases
+    if family.startswith("llama4"):  # dense layers use intermediate_size_mlp
+        fields["ffn_hidden_size"] = _int(cfg, ("intermediate_size_mlp",), where, required=False) or ffn
+    fields.update(_window_fields(cfg, family, layers, seq_len, where))
+    mtp = _int(cfg, ("num_nextn_predict_layers",), where, required=False) if cfg.get("num_nextn_predict_layers") else 0
+    if mtp:
+        fields["mtp_num_layers"] = mtp
     fields.update(_moe_fields(cfg, family, layers, ffn, where))
     try:
         return ModelSpec(**fields)

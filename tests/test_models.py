@@ -308,11 +308,11 @@ def test_hf_deepseek_moe():
     assert active_params(m) == pytest.approx(2.8e9, rel=1.5e-2)  # ~2.8B activated
 
 
-def test_hf_deepseek_mla_is_refused():
-    with pytest.raises(InputError) as exc:
-        resolve_model(HF / "deepseek-v3.json")
-    msg = one_line_error(exc)
-    assert "deepseek-v3.json" in msg and "kv_lora_rank" in msg and "not modelled" in msg
+def test_hf_deepseek_mla_is_imported():
+    m = resolve_model(HF / "deepseek-v3.json")
+    assert (m.kv_lora_rank, m.q_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim) == (512, 1536, 64, 128)
+    assert (m.head_dim, m.v_head_dim, m.num_kv_heads, m.mtp_num_layers) == (192, 128, 128, 1)
+    assert total_params(m) == pytest.approx(671e9, rel=5e-3)  # DeepSeek-V3 report: 671B (MTP excluded)
 
 
 # ---------------------------------------------------------------- our YAML schema, base + overrides
