@@ -7,7 +7,6 @@ works from an installed package as well as from a source checkout.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import re
 from importlib import resources
@@ -17,7 +16,7 @@ from typing import Any, Mapping
 from pydantic import ValidationError
 
 from plan_search.hardware.spec import ClusterSpec
-from plan_search.models.io import InputError, parse_document, validation_message
+from plan_search.models.io import InputError, closest, parse_document, validation_message
 
 CATALOG_RESOURCE = "catalog.yaml"
 
@@ -97,15 +96,7 @@ def closest_names(name: str, n: int = 3) -> list[str]:
     """Catalog names whose name or an alias is close to ``name`` (best first, no duplicates)."""
     key = _normalize(str(name))
     idx = _index()
-    matches = difflib.get_close_matches(key, list(idx), n=10, cutoff=0.5)
-    if not matches:
-        matches = [k for k in idx if key and (key in k or k in key)]
-    out: list[str] = []
-    for m in matches:
-        canon = idx[m]
-        if canon not in out:
-            out.append(canon)
-    return out[:n]
+    return closest(key, idx, n)
 
 
 def get_cluster(name: str, field: str = "gpu") -> ClusterSpec:

@@ -11,15 +11,13 @@ entry, or ``efficiency.source``), so no datasheet is credited with a what-if num
 from __future__ import annotations
 
 import copy
-import difflib
-import os
 from typing import Any, Sequence, get_args
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from plan_search.hardware.spec import ClusterSpec, Precision
-from plan_search.models.io import InputError, short_repr, validation_message
+from plan_search.models.io import InputError, closest, short_repr, validation_message
 
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 MAX_SET_LENGTH = 1000
@@ -80,16 +78,10 @@ def parse_set(item: str) -> tuple[str, Any]:
 
 def _no_such_field(key: str, cluster: ClusterSpec) -> InputError:
     keys = valid_keys(cluster)
-    close = [k for k in keys if k.startswith(key)]
-    close += [k for k in difflib.get_close_matches(key, keys, n=10, cutoff=0.6) if k not in close]
-    # prefer candidates that share the longest prefix with what was typed (gpu.hbm_bw -> gpu.hbm_...)
-    close.sort(key=lambda k: (-len(os.path.commonprefix([k, key])), -difflib.SequenceMatcher(None, k, key).ratio()))
-    close = close[:3]
+    close = closest(key, keys, 3)
     if not close:
         last = key.rsplit(".", 1)[-1]
         close = [k for k in keys if k.rsplit(".", 1)[-1] == last][:3]
-    if not close:
-        close = difflib.get_close_matches(key, keys, n=3, cutoff=0.3)
     hint = f"; closest: {', '.join(close)}" if close else "; see 'plan-catalog show NAME' for the fields"
     return InputError(f"--set {key}: no such field{hint}")
 

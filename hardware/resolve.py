@@ -17,7 +17,6 @@ Errors are one line naming the file and the field.
 from __future__ import annotations
 
 import copy
-import difflib
 import os
 from pathlib import Path
 from typing import Any, Sequence
@@ -27,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 from plan_search.hardware.catalog import canonical_name, get_cluster
 from plan_search.hardware.overrides import apply_overrides
 from plan_search.hardware.spec import ClusterSpec
-from plan_search.models.io import InputError, expand_path, field_name, load_document, validation_message
+from plan_search.models.io import InputError, closest, expand_path, field_name, load_document, validation_message
 
 FILE_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -51,7 +50,7 @@ def _check_fields(data: Any, model: type[BaseModel], where: str, prefix: str = "
     for key, value in data.items():
         path = f"{prefix}{field_name(key)}"
         if key not in fields:
-            close = difflib.get_close_matches(str(key), list(fields), n=3, cutoff=0.5)
+            close = closest(str(key), list(fields), n=3)
             hint = f"; closest: {', '.join(prefix + c for c in close)}" if close else ""
             raise InputError(f"{where}: {path}: no such field{hint}")
         ann = fields[key].annotation

@@ -9,7 +9,6 @@ no such file exists (the file check itself is :func:`models.resolve.resolve_mode
 
 from __future__ import annotations
 
-import difflib
 import functools
 import re
 from importlib import resources
@@ -18,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from plan_search.models.io import InputError, parse_document, validation_message
+from plan_search.models.io import InputError, closest, parse_document, validation_message
 from plan_search.models.spec import ModelSpec
 
 CATALOG_RESOURCE = "catalog.yaml"
@@ -106,14 +105,8 @@ def suggestions(name: str, n: int = 4) -> list[str]:
     base = PurePath(key)
     if base.suffix in DOCUMENT_SUFFIXES:
         key = normalize_name(base.stem)
-    close = difflib.get_close_matches(key, list(index), n=4 * n, cutoff=0.5)
-    if not close:  # fall back to a looser match so the user always gets something to try
-        close = difflib.get_close_matches(key, list(index), n=4 * n, cutoff=0.0)
-    out: list[str] = []
-    for k in close:
-        if index[k] not in out:
-            out.append(index[k])
-    return out[:n]
+    # always something to try: the closest names, else the first catalog names
+    return closest(key, index, n) or list(dict.fromkeys(index.values()))[:n]
 
 
 def get_model(name: str) -> ModelSpec:

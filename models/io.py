@@ -89,6 +89,33 @@ def parse_token_count(value: Any, where: str = "tokens") -> float:
     return v
 
 
+def closest(key: str, candidates, n: int = 3) -> list[str]:
+    """The ``n`` names of ``candidates`` closest to ``key``, best first, for "did you mean"
+    hints everywhere (model and system names, spec fields, ``--set`` keys). ``candidates`` is a
+    list of names or a mapping of spellings (aliases) to the name to suggest. Order: names that
+    start with ``key`` or whose last dotted part is ``key``, then close matches (difflib ratio >= 0.5, longest shared prefix first),
+    then names containing ``key`` or contained in it, then looser matches (ratio >= 0.3)."""
+    import difflib
+    import os
+
+    index = dict(candidates) if hasattr(candidates, "keys") else {c: c for c in candidates}
+    key = str(key)[:200]
+    keys = list(index)
+    ratio = lambda k: difflib.SequenceMatcher(None, k, key).ratio()  # noqa: E731
+    close = [k for k in keys if key and (k.startswith(key) or k.endswith("." + key))]
+    near = difflib.get_close_matches(key, keys, n=10, cutoff=0.5)
+    near.sort(key=lambda k: (-len(os.path.commonprefix([k, key])), -ratio(k)))
+    close += [k for k in near if k not in close]
+    close += [k for k in keys if key and (key in k or k in key) and k not in close]
+    if not close:
+        close = difflib.get_close_matches(key, keys, n=10, cutoff=0.3)
+    out: list[str] = []
+    for k in close:
+        if index[k] not in out:
+            out.append(index[k])
+    return out[:n]
+
+
 def validation_message(exc: ValidationError, where: str = "") -> str:
     """First error of a pydantic ValidationError as ``where: field.path: message``."""
     err = exc.errors()[0]
@@ -221,6 +248,8 @@ def parse_document(text: str, what: str = "document") -> dict[str, Any]:
         else:
             data = yaml.safe_load(text)
             check_expansion(data, what)
+    except InputError:
+        raise
     except RecursionError:
         raise InputError(f"{what}: not valid YAML/JSON (nested too deeply)") from None
     except (yaml.YAMLError, json.JSONDecodeError, ValueError, OverflowError) as exc:

@@ -19,7 +19,6 @@ Every failure is a one-line :class:`~models.io.InputError` naming the file and t
 
 from __future__ import annotations
 
-import difflib
 import os
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from pydantic import ValidationError
 
 from plan_search.models.catalog import DOCUMENT_SUFFIXES, get_model, lookup, raw_entry, suggestions
 from plan_search.models.hf import from_hf_config
-from plan_search.models.io import InputError, expand_path, field_name, load_document, short_repr, validation_message
+from plan_search.models.io import InputError, closest, expand_path, field_name, load_document, short_repr, validation_message
 from plan_search.models.spec import ModelSpec
 
 HF_MARKERS = ("num_hidden_layers", "n_layer", "model_type", "architectures", "text_config")
@@ -42,7 +41,7 @@ def looks_like_hf_config(doc: dict[str, Any]) -> bool:
 def _check_fields(doc: dict[str, Any], where: str) -> None:
     for key in doc:
         if key not in SPEC_FIELDS:
-            close = difflib.get_close_matches(str(key), SPEC_FIELDS, n=1, cutoff=0.6)
+            close = closest(str(key), list(SPEC_FIELDS), n=1)
             hint = f"did you mean {close[0]}?" if close else "see models/spec.py for the fields"
             raise InputError(f"{where}: {field_name(key)}: unknown field; {hint}")
 
