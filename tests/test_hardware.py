@@ -172,11 +172,13 @@ def test_per_direction_bandwidth_convention():
     assert get_cluster("gb300").node.inter_node_gbps == 100  # 800 Gb/s CX-8
 
 
-def test_nvl72_is_one_node():
+def test_nvl72_is_trays_in_one_rack_domain():
+    """Issue 12: the host is a 4-GPU compute tray, the NVLink domain the 72-GPU rack."""
     for name in ("gb200-nvl72", "gb300-nvl72"):
         node = CATALOG[name].node
-        assert node.gpus_per_node == 72 and node.intra_domain_size == 72
-        assert "rack" in node.sources["gpus_per_node"].lower()
+        assert node.gpus_per_node == 4 and node.intra_domain_size == 72
+        assert "tray" in node.sources["gpus_per_node"].lower()
+        assert "rack" in node.sources["intra_domain_size"].lower() or "domain" in node.sources["intra_domain_size"]
 
 
 def test_link_kinds():

@@ -8,7 +8,16 @@ Hierarchy: a group whose ``n`` members sit ``k`` to an NVLink domain runs in two
 NCCL's multi-NIC rings do in effect): the intra-domain part moves ``(k-1)/k S`` at the NVLink
 bandwidth, the inter-domain part ``(n/k - 1)/(n/k) * S/k`` per GPU over its own NIC. Ranks are
 laid out tp, cp, dp, pp (innermost first), so the members per domain of each group follow from
-the domain size ``D``: tp ``min(tp, D)``, cp ``D/tp``, dp ``D/(tp*cp)``, pp ``D/(tp*cp*dp)``.
+the GPUs of the job in one domain ``U``: tp ``min(tp, U)``, cp ``U/tp``, dp ``U/(tp*cp)``, pp
+``U/(tp*cp*dp)``, each rounded down to a divisor of the group size (:func:`members_per_domain`).
+
+NVLink domain vs host: ``node.intra_domain_size`` (``D``) is the NVLink domain, ``node.gpus_per_node``
+the host (the unit a scheduler hands out). On HGX/DGX boards they coincide (8); a GB200/GB300
+NVL72 rack is one 72-GPU domain made of 18 compute trays of 4 GPUs. A job larger than one rack
+is placed in equal whole-tray shares per rack (Slurm's block/segment placement, as the
+Megatron-MoE-ModelZoo GB200 scripts do with ``SEGMENT``): ``U`` is the largest multiple of the
+tray size that divides the job and fits in ``D`` (64 of 72 GPUs per rack for 128 or 256 GPUs);
+a job within one rack has ``U`` = its size. On single-host domains ``U = D`` as before.
 
 Bus bandwidth is the link's per-direction figure times ``intra_bw_eff`` / ``inter_bw_eff``
 (NCCL's achievable fraction). Latency: ring steps for reduce-scatter/all-gather; all-reduce at
@@ -26,10 +35,48 @@ REDUCE_SCATTER = 1.0
 ALL_GATHER = 1.0
 
 
-def members_per_domain(stride, size, cluster: ClusterSpec):
-    """How many members of a group of ``size`` ranks at rank ``stride`` share one NVLink domain."""
-    d = cluster.node.intra_domain_size
-    return np.clip(d // np.maximum(stride, 1), 1, size)
+def _largest_divisor_at_most(n, cap):
+    """Elementwise: the largest divisor of ``n`` that is at most ``cap`` (both >= 1)."""
+    n = np.asarray(n, dtype=np.int64)
+    cap = np.minimum(np.maximum(np.asarray(cap, dtype=np.int64), 1), n)
+    n, cap = np.broadcast_arrays(n, cap)
+    out = cap.copy()
+    slow = (n % np.maximum(cap, 1)) != 0
+    if slow.any():
+        pairs, inv = np.unique(np.stack([n[slow], cap[slow]], axis=1), axis=0, return_inverse=True)
+        best = np.empty(len(pairs), dtype=np.int64)
+        for i, (nn, cc) in enumerate(pairs):
+            best[i] = next(d for d in range(int(cc), 0, -1) if nn % d == 0)
+        out = out.copy()
+        out[slow] = best[np.ravel(inv)]
+    return out
+
+
+def domain_share(num_gpus, cluster: ClusterSpec):
+    """GPUs of a ``num_gpus`` job inside one NVLink domain (``U`` in the module docstring)."""
+    node = cluster.node
+    d, host = node.intra_domain_size, node.gpus_per_node
+    if num_gpus is None or d <= host:
+        return np.asarray(d, dtype=np.int64)
+    n = np.asarray(num_gpus, dtype=np.int64)
+    # largest multiple of the host size dividing the job and fitting in the domain
+    trays = _largest_divisor_at_most(np.maximum(n // host, 1), d // host) * host
+    fits_whole = (n % host) == 0
+    return np.where(n <= d, n, np.where(fits_whole, trays, d))
+
+
+def members_per_domain(stride, size, cluster: ClusterSpec, num_gpus=None):
+    """How many members of a group of ``size`` ranks at rank ``stride`` share one NVLink domain:
+    the largest divisor of ``size`` not above ``U // stride`` (``U`` = :func:`domain_share` of
+    ``num_gpus``; the whole domain when ``num_gpus`` is not given)."""
+    u = domain_share(num_gpus, cluster)
+    size = np.maximum(np.asarray(size, dtype=np.int64), 1)
+    return _largest_divisor_at_most(size, np.maximum(u // np.maximum(stride, 1), 1))
+
+
+def crosses_domain(stride, size, cluster: ClusterSpec, num_gpus=None):
+    """Does a group of ``size`` ranks at ``stride`` leave one NVLink domain (its link: the NICs)?"""
+    return members_per_domain(stride, size, cluster, num_gpus) < np.asarray(size)
 
 
 def collective_s(factor, nbytes, n, k, cluster: ClusterSpec):
@@ -71,7 +118,7 @@ def tp_layer_s(hidden: int, tokens, x, cluster: ClusterSpec):
     two all-reduces of ``tokens * h`` bf16 elements (with sequence parallelism the same bytes as
     two reduce-scatter + all-gather pairs; Korthikanti et al. 2022 Sec. 4.2.2)."""
     nbytes = 2.0 * tokens * hidden
-    k = members_per_domain(1, x.tp, cluster)
+    k = members_per_domain(1, x.tp, cluster, x.num_gpus)
     return 2.0 * collective_s(ALL_REDUCE, nbytes, x.tp, k, cluster)
 
 
@@ -80,7 +127,7 @@ def cp_layer_fwd_s(kv_width: int, tokens, x, cluster: ClusterSpec):
     K and V chunk (``2 * tokens * kv_width / tp`` bf16 elements, GQA heads replicated when tp
     exceeds them). The backward passes K, V and their gradients: twice this."""
     nbytes = 2.0 * 2.0 * tokens * kv_width
-    k = members_per_domain(x.tp, x.cp, cluster)
+    k = members_per_domain(x.tp, x.cp, cluster, x.num_gpus)
     crosses = k < x.cp
     return np.where(x.cp > 1, (x.cp - 1) * p2p_s(nbytes, crosses, cluster), 0.0)
 
@@ -92,7 +139,7 @@ def pp_microbatch_s(hidden: int, tokens, x, cluster: ClusterSpec):
     split)."""
     nbytes = 2.0 * tokens * hidden / x.tp
     stride = x.tp * x.cp * x.dp
-    crosses = stride >= cluster.node.intra_domain_size
+    crosses = stride >= domain_share(x.num_gpus, cluster)
     return np.where(x.pp > 1, 2.0 * x.vpp * p2p_s(nbytes, crosses, cluster), 0.0)
 
 
@@ -118,8 +165,8 @@ def dp_step_s(params_local, x, cluster: ClusterSpec) -> dict:
     parameter side (``param_s``, overlappable with forward), each already summed over the step.
     """
     gbytes = np.where(x.fp32_grads, 4.0, 2.0)
-    k = members_per_domain(x.tp * x.cp, x.dp, cluster)
-    in_domain = x.tp * x.cp * x.dp <= cluster.node.intra_domain_size
+    k = members_per_domain(x.tp * x.cp, x.dp, cluster, x.num_gpus)
+    in_domain = k >= x.dp
     k_flat = np.where(in_domain, x.dp, 1)
     g = params_local * gbytes
     w = params_local * 2.0

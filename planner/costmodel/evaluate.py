@@ -25,6 +25,7 @@ from plan_search.hardware.spec import ClusterSpec
 from plan_search.models import counting
 from plan_search.models.spec import ModelSpec
 
+from plan_search.planner.costmodel import comm
 from plan_search.planner.costmodel import memory
 from plan_search.planner.costmodel import step
 from plan_search.planner.costmodel.arrays import PlanArrays
@@ -127,11 +128,10 @@ def _link_name(crosses):
 
 def bottleneck(cluster: ClusterSpec, x: PlanArrays, b: dict, fits, io_bound):
     """The binding resource: the largest share of the step, named by the resource behind it."""
-    d = cluster.node.intra_domain_size
-    tp_cross = x.tp > d
-    cp_cross = x.tp * x.cp > d
-    pp_cross = x.tp * x.cp * x.dp >= d
-    dp_cross = x.tp * x.cp * x.dp > d
+    tp_cross = comm.crosses_domain(1, x.tp, cluster, x.num_gpus)
+    cp_cross = comm.crosses_domain(x.tp, x.cp, cluster, x.num_gpus)
+    pp_cross = x.tp * x.cp * x.dp >= comm.domain_share(x.num_gpus, cluster)
+    dp_cross = comm.crosses_domain(x.tp * x.cp, x.dp, cluster, x.num_gpus)
     names = np.array(["compute", "hbm_bandwidth", "tp", "cp", "pp", "dp", "bubble"])
     vals = np.stack([
         b["compute_s"] + b["recompute_s"],

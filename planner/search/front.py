@@ -679,10 +679,11 @@ def explain_infeasible(model, systems: list[System], gbs, seq, request, ms: list
     if total == 0:
         counts = sorted({int(n) for s in systems for n in s.counts})
         shown = ", ".join(map(str, counts[:6])) + (" ..." if len(counts) > 6 else "")
+        near = _nearest_working(model, systems, counts, gbs, seq, request, deadline)
         return NoFeasiblePlan(
-            f"no valid plan at the GPU counts considered ({shown or 'none'}) with global batch "
-            f"{'/'.join(map(str, gbs))}: tp*pp*cp*dp must equal the GPU count and dp*micro_batch divide the "
-            "batch; try other --gpus or --global-batch, or loosen the knob bounds", reason="space")
+            f"no valid plan at {shown or 'no GPU count'} GPUs with global batch {'/'.join(map(str, gbs))}: "
+            "tp x pp x cp x dp must equal the GPU count, with tp inside the NVLink domain, pp splitting the "
+            f"layers and dp x micro-batch dividing the batch; {near}", reason="space")
     evaluated = int(sum(m["done"].sum() for m in ms))
     if evaluated < total or cut == "time_limit":
         part = f"{evaluated:,} of {total:,} candidates evaluated" + (
@@ -733,6 +734,52 @@ def explain_infeasible(model, systems: list[System], gbs, seq, request, ms: list
         reason=name)
 
 
+def _nearest_working(model, systems, counts: list[int], gbs, seq, request, deadline: float,
+                     span: int = 32) -> str:
+    """The nearest GPU counts (node multiples, up to ``span`` each side of the requested ones)
+    with a plan that fits in memory, and whether a 5% batch tolerance would make the requested
+    count work -- each checked by evaluating it. The text that ends the "no valid plan" message."""
+    found: list[str] = []
+    tips: list[str] = []
+    for s in systems:
+        step = s.cluster.node.gpus_per_node
+        near = set()
+        for n in counts[:4]:
+            base = n // step * step
+            near |= {base - k * step for k in range(span)} | {base + k * step for k in range(1, span + 1)}
+        near = sorted(c for c in near if c > 0 and c not in counts and c <= MAX_GPUS)
+        if not near or time.perf_counter() > deadline:
+            continue
+        try:
+            sp = _enumerate(model, s.cluster, near, gbs, seq, request)
+        except InputError:
+            continue
+        if not len(sp):
+            continue
+        cols = evaluate_columns(model, s.cluster, sp.x, request, deadline)
+        ok = np.unique(sp.x.num_gpus[cols["fits"].astype(bool)])
+        for n in counts[:4]:
+            below, above = ok[ok < n], ok[ok > n]
+            pick = ([f"{int(below.max()):,}"] if len(below) else []) + ([f"{int(above.min()):,}"] if len(above) else [])
+            if pick:
+                found.append(f"{' or '.join(pick)} {s.name} GPUs")
+        if request.global_batch_tolerance < 0.05:
+            try:
+                tol = request.model_copy(update={"global_batch_tolerance": 0.05})
+                sp = _enumerate(model, s.cluster, counts[:4], gbs, seq, tol)
+                if len(sp):
+                    c = evaluate_columns(model, s.cluster, sp.x, request, deadline)
+                    if c["fits"].any():
+                        b = int(sp.x.gb[np.flatnonzero(c["fits"])[0]])
+                        tips.append(f"--global-batch {gbs[0]}~5% (batch {b:,} at {counts[0]:,} GPUs)")
+            except InputError:
+                pass
+    out = ("nearest counts that work: " + ", ".join(dict.fromkeys(found))) if found else \
+        "no count within a few nodes works either"
+    out += "; or " + tips[0] if tips else ""
+    return out + "; or loosen the knob bounds"
+
+
 def _explain_memory(model, systems, gbs, seq, request, deadline: float = math.inf) -> NoFeasiblePlan:
     best = (math.inf, None, None)
     for s in systems:
@@ -748,9 +795,9 @@ def _explain_memory(model, systems, gbs, seq, request, deadline: float = math.in
     alts: list[Alternative] = []
     variants = []
     if 3 not in kn.zero:
-        variants.append(("ZeRO-3 (--zero 3)", kn.model_copy(update={"zero": sorted(set(kn.zero) | {3})})))
+        variants.append(("ZeRO-3 with --zero 3", kn.model_copy(update={"zero": sorted(set(kn.zero) | {3})})))
     if "full" not in kn.recompute:
-        variants.append(("full recomputation (--recompute full)",
+        variants.append(("full recomputation with --recompute full",
                          kn.model_copy(update={"recompute": list(kn.recompute) + ["full"]})))
     if len(variants) == 2:
         variants.append(("ZeRO-3 and full recomputation",
@@ -771,11 +818,11 @@ def _explain_memory(model, systems, gbs, seq, request, deadline: float = math.in
             break
         ok, g, p = _fits_anything(model, s.cluster, counts, gbs, seq, request, kn, deadline)
         if ok:
-            alts.append(Alternative(change=f"more GPUs: {p.num_gpus} ({s.name})" if p else "more GPUs",
+            alts.append(Alternative(change=f"{p.num_gpus:,} {s.name} GPUs" if p else "more GPUs",
                                     fits=True, peak_gib=g, usable_gib=usable, plan=p))
             break
     else:
-        alts.append(Alternative(change=f"more GPUs (up to {top * 64})", fits=False))
+        alts.append(Alternative(change=f"more GPUs, up to {top * 64:,}", fits=False))
     # a larger-memory GPU at the same counts
     bigger = sorted((c for c in load_catalog().values() if c.gpu.memory_gib > cap),
                     key=lambda c: (c.price_per_gpu_hour_usd, c.name))
@@ -783,20 +830,22 @@ def _explain_memory(model, systems, gbs, seq, request, deadline: float = math.in
         counts = s.counts if len(s.counts) else np.array([top])
         ok, g, p = _fits_anything(model, c, counts, gbs, seq, request, kn, deadline)
         if ok:
-            alts.append(Alternative(change=f"a larger-memory GPU: {c.name} ({c.gpu.memory_gib:g} GiB)", fits=True,
+            alts.append(Alternative(change=f"a larger-memory GPU, {c.name} with {c.gpu.memory_gib:g} GiB", fits=True,
                                     peak_gib=g, usable_gib=c.gpu.memory_gib * (1 - request.memory_headroom), plan=p))
             break
     else:
         if bigger:
             top_gpu = max(bigger, key=lambda c: c.gpu.memory_gib)
-            alts.append(Alternative(change=f"a larger-memory GPU (up to {top_gpu.name}, "
-                                           f"{top_gpu.gpu.memory_gib:g} GiB, at the same counts)", fits=False))
-    fixes = [f"{a.change} -> {a.peak_gib:.1f} GiB" if a.peak_gib is not None else a.change for a in alts if a.fits]
+            alts.append(Alternative(change=f"a larger-memory GPU at the same counts, up to {top_gpu.name} with "
+                                           f"{top_gpu.gpu.memory_gib:g} GiB", fits=False))
+    # one level of brackets at most: clauses are separated by ';', alternatives by ', or '
+    fixes = [f"{a.change}, {a.peak_gib:.1f} GiB" if a.peak_gib is not None else a.change for a in alts if a.fits]
     tried = [a.change for a in alts if not a.fits]
-    msg = (f"no plan fits in memory: the smallest footprint is {gib:.1f} GiB per GPU ({_describe_plan(plan)}, "
-           f"{s.name}) against {usable:.1f} GiB usable ({cap:g} GiB, headroom {request.memory_headroom:.0%}); "
-           + (f"would fit: {'; '.join(fixes)}" if fixes else "nothing tried fits")
-           + (f" (not enough: {'; '.join(tried)})" if tried else "")
+    msg = (f"no plan fits in memory: the smallest footprint is {gib:.1f} GiB per GPU, {_describe_plan(plan)} "
+           f"of {s.name}, against {usable:.1f} GiB usable ({cap:g} GiB less {request.memory_headroom:.0%} "
+           "headroom); "
+           + (f"would fit: {', or '.join(fixes)}" if fixes else "nothing tried fits")
+           + (f"; not enough: {', nor '.join(tried)}" if tried else "")
            + ("; the time limit stopped these checks: some were not tried" if time.perf_counter() > deadline else ""))
     return NoFeasiblePlan(msg, reason="memory", smallest_gib=gib, smallest_plan=plan, usable_gib=usable,
                           capacity_gib=cap, system=s.name, alternatives=alts)

@@ -1,0 +1,77 @@
+"""Issue 12: NVLink domains larger than a host (GB200/GB300 NVL72), collectives across domains,
+and precision recipes -- end to end through ``plan_search.estimate``."""
+
+from __future__ import annotations
+
+import pytest
+
+import plan_search as ps
+from plan_search.hardware.catalog import get_cluster
+from plan_search.hardware.overrides import apply_overrides
+from plan_search.models.catalog import get_model
+from plan_search.models.io import InputError
+
+LLAMA70 = get_model("llama3.1-70b")
+GB200 = get_cluster("gb200-nvl72")
+GB300 = get_cluster("gb300-nvl72")
+H100 = get_cluster("h100-sxm")
+NO_OVERLAP = dict(overlap_grad_reduce=False, overlap_param_gather=False)
+
+
+def _est(cluster, model=LLAMA70, **plan):
+    plan.setdefault("seq_len", 4096)
+    return ps.estimate(model, cluster, plan)
+
+
+# ------------------------------------------------------------------ topology (NVL72)
+
+
+@pytest.mark.parametrize("name", ["gb200-nvl72", "gb300-nvl72"])
+def test_nvl72_is_trays_of_four_in_one_72_gpu_domain(name):
+    node = get_cluster(name).node
+    assert node.gpus_per_node == 4 and node.intra_domain_size == 72
+
+
+@pytest.mark.parametrize("tp", [8, 16, 32, 64])
+def test_tp_groups_up_to_the_rack_stay_on_nvlink(tp):
+    """A TP group inside the 72-GPU domain never touches a NIC: its time does not move when the
+    NIC is made 1000x slower; on 8-GPU H100 nodes a TP group of 16 does."""
+    plan = dict(num_gpus=tp, tp=tp, global_batch=8, recompute="full")
+    base = _est(GB200, **plan)
+    slow_nic = _est(apply_overrides(GB200, ["node.inter_node_gbps=0.05"]), **plan)
+    assert slow_nic.time.tp_comm_s == base.time.tp_comm_s > 0
+    assert base.bottleneck != "nic"
+    if tp > 8:
+        h = _est(H100, **plan)
+        h_slow = _est(apply_overrides(H100, ["node.inter_node_gbps=0.05"]), **plan)
+        assert h_slow.time.tp_comm_s > 10 * h.time.tp_comm_s
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+@pytest.mark.parametrize("dp", [8, 32, 64])
+def test_dp_group_inside_one_domain_never_slower_than_across_nics(zero, dp):
+    """The same DP group priced inside one NVLink domain (GB200 rack) and across NICs (the same
+    GPUs with the NVLink domain cut to a 4-GPU tray): never slower inside."""
+    plan = dict(num_gpus=2 * dp, tp=2, zero=zero, global_batch=4 * dp, recompute="full", **NO_OVERLAP)
+    inside = _est(GB200, **plan).time.dp_comm_s
+    trays = apply_overrides(GB200, ["node.intra_domain_size=4"])
+    across = _est(trays, **plan).time.dp_comm_s
+    assert 0 < inside <= across
+    if dp * 2 > 4 and not (zero == 3 and dp == 64):  # ZeRO-3 across racks: flat ring until part 3
+        assert inside < across
+
+
+def test_jobs_larger_than_a_rack_are_placed_in_equal_tray_shares():
+    """128 GPUs on NVL72: 64 per rack (16 of 18 trays), so a tp=2 x dp=64 data-parallel group has
+    32 members per rack and crosses racks; a 64-GPU job sits in one rack."""
+    from plan_search.planner.costmodel import comm
+
+    assert int(comm.domain_share(128, GB200)) == 64
+    assert int(comm.domain_share(144, GB200)) == 72
+    assert int(comm.domain_share(64, GB200)) == 64
+    assert int(comm.domain_share(256, H100)) == 8
+    assert int(comm.members_per_domain(2, 64, GB200, 128)) == 32
+    assert int(comm.members_per_domain(1, 64, GB200, 64)) == 64
+    assert int(comm.members_per_domain(1, 12, H100, 96)) == 6  # a divisor of the group
+    one_rack = _est(GB200, num_gpus=64, tp=1, zero=3, global_batch=64, recompute="full", **NO_OVERLAP)
+    assert one_rack.bottleneck != "nic"
