@@ -275,6 +275,8 @@ def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, ffn: int, whe
         if groups > 1 and method in ("group_limited_greedy", "noaux_tc"):
             out["router_num_groups"] = groups
             out["router_group_topk"] = _int(cfg, ("topk_group",), where, what="groups per token")
+            if out["router_group_topk"] > groups:
+                raise InputError(f"{where}: topk_group: {out['router_group_topk']} exceeds n_group {groups}")
     if family in SINK_FAMILIES:
         out["router_bias"] = True  # GptOssTopKRouter has a bias
     sparse = _sparse_layers(cfg, family, num_layers, where)

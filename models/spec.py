@@ -144,6 +144,13 @@ class ModelSpec(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
+    def _no_bool_numbers(cls, data):
+        from plan_search.models.io import refuse_bools
+
+        return refuse_bools(cls, data)  # a boolean is not a count (pydantic's lax mode takes True as 1)
+
+    @model_validator(mode="before")
+    @classmethod
     def _fill_derived(cls, data):
         """Fill the defaulted shape fields in one place, before validation freezes the object."""
         if not isinstance(data, dict):
@@ -208,10 +215,11 @@ class ModelSpec(BaseModel):
                         f"router_group_topk: {self.router_group_topk} must be between 1 and "
                         f"router_num_groups {self.router_num_groups}"
                     )
-                if self.experts_per_token > self.router_group_topk * (self.num_experts // self.router_num_groups):
+                reachable = self.router_group_topk * (self.num_experts // self.router_num_groups)
+                if self.experts_per_token > reachable:
                     raise ValueError(
-                        f"experts_per_token: {self.experts_per_token} exceeds the experts of "
-                        f"router_group_topk {self.router_group_topk} groups"
+                        f"experts_per_token: {self.experts_per_token} exceeds the {reachable} experts of the "
+                        f"router_group_topk {self.router_group_topk} groups a token may use"
                     )
             elif self.router_group_topk:
                 raise ValueError("router_group_topk: set only together with router_num_groups > 0")
