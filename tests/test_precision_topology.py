@@ -75,3 +75,30 @@ def test_jobs_larger_than_a_rack_are_placed_in_equal_tray_shares():
     assert int(comm.members_per_domain(1, 12, H100, 96)) == 6  # a divisor of the group
     one_rack = _est(GB200, num_gpus=64, tp=1, zero=3, global_batch=64, recompute="full", **NO_OVERLAP)
     assert one_rack.bottleneck != "nic"
+
+
+def test_zero3_group_spanning_two_racks_is_hierarchical_not_a_flat_nic_ring():
+    """Issue 12's case: a 64-GPU ZeRO-3/FSDP group over two GB200 NVL72 racks (tp 2 x dp 64 on 128
+    GPUs: 32 members per rack). Priced in two levels it costs about 1/32 of the NIC traffic of a
+    flat ring; the flat ring (``efficiency.zero3_flat``, DeepSpeed's profile) is exactly the
+    per-GPU (n-1)/n * S over each NIC."""
+    plan = dict(num_gpus=128, tp=2, zero=3, global_batch=128, micro_batch=1, recompute="full",
+                grad_reduce="microbatch", **NO_OVERLAP)
+    hier = _est(GB200, **plan)
+    flat_cluster = apply_overrides(GB200, ["efficiency.zero3_flat=true"])
+    flat = _est(flat_cluster, **plan)
+    # per micro-batch: reduce-scatter of fp32 gradients + forward and backward bf16 gathers,
+    # flat over the NIC: (n-1)/n * bytes / (NIC GB/s * inter_bw_eff) each, plus 63 ring steps
+    from plan_search.models import counting
+
+    e, node = GB200.efficiency, GB200.node
+    psi = counting.total_params(LLAMA70) / 2  # tp 2 (embedding and output shard over tp too)
+    nic = node.inter_node_gbps * 1e9 * e.inter_bw_eff * e.zero3_bw_eff
+    lat = 63 * node.inter_latency_us * 1e-6 / e.zero3_bw_eff
+    per_mb = (63 / 64) * psi * (4 + 2 + 2) / nic + 3 * lat
+    m = 128 // 64
+    assert flat.time.dp_comm_s == pytest.approx(m * per_mb, rel=0.02)
+    assert hier.time.dp_comm_s < flat.time.dp_comm_s / 8
+    # and a ZeRO-3 group of 64 inside one rack is cheaper still (NVLink only)
+    one_rack = _est(GB200, **dict(plan, num_gpus=64, tp=1, global_batch=64))
+    assert one_rack.bottleneck != "nic"

@@ -4,9 +4,19 @@ Ring collectives (NCCL; Thakur et al. 2005; ``../shared/reference/cost-model.md`
 ``S`` bytes over ``n`` ranks, per-rank bus bandwidth ``B``, per-step latency ``alpha``:
 all-reduce ``2 (n-1)/n S/B``, reduce-scatter and all-gather ``(n-1)/n S/B``, plus latency.
 
-Hierarchy: a group whose ``n`` members sit ``k`` to an NVLink domain runs in two levels (as
-NCCL's multi-NIC rings do in effect): the intra-domain part moves ``(k-1)/k S`` at the NVLink
-bandwidth, the inter-domain part ``(n/k - 1)/(n/k) * S/k`` per GPU over its own NIC. Ranks are
+Hierarchy: a group whose ``n`` members sit ``k`` to an NVLink domain runs in two levels: a
+reduce-scatter inside the domain (``(k-1)/k S`` per GPU at the NVLink bandwidth), a
+reduce-scatter across the ``n/k`` domains of each GPU's ``S/k`` slice (``(n/k - 1)/(n/k) * S/k``
+per GPU over its own NIC), then the all-gathers back in reverse order. Assumption, with its
+source: NCCL prices this way in effect for rings and trees. Its topology search orders each
+ring's GPUs so that those of one host/NVLink domain are consecutive and gives each channel its
+own NIC, so a domain's ``k`` GPUs send ``(n-1)/n * S`` out of the domain in total, ``1/k`` of it
+per NIC; its trees are intra-node chains joined by an inter-node tree; NVLS (NVLink SHARP)
+reduces inside the NVSwitch domain first (Hu et al. 2025, "Demystifying NCCL", arXiv 2507.04786,
+on NCCL 2.19's ring/tree channels and intra-/inter-node transports; NCCL_ALGO Ring/Tree/NVLS/
+NVLSTree in the NCCL environment-variable docs). A framework that does not get this (DeepSpeed
+ZeRO-3 as Narayanan et al. 2021 Table 2 measured it) is priced flat by :func:`dp_step_s` with
+``efficiency.zero3_flat`` (``k = 1``: every GPU's ``(n-1)/n * S`` over its own NIC). Ranks are
 laid out tp, cp, dp, pp (innermost first), so the members per domain of each group follow from
 the GPUs of the job in one domain ``U``: tp ``min(tp, U)``, cp ``U/tp``, dp ``U/(tp*cp)``, pp
 ``U/(tp*cp*dp)``, each rounded down to a divisor of the group size (:func:`members_per_domain`).
