@@ -377,3 +377,45 @@ def test_hf_llama4_irregular_moe_layers():
     with pytest.raises(InputError) as exc:
         from_hf_config({**cfg, "text_config": text}, "maverick")
     assert "moe_layers" in one_line(exc)
+
+
+# ---------------------------------------------------------------- other local-attention spellings
+GEMMA3_27B = {  # HF google/gemma-3-27b-pt text_config shape keys
+    "model_type": "gemma3_text", "num_hidden_layers": 62, "hidden_size": 5376, "num_attention_heads": 32,
+    "num_key_value_heads": 16, "head_dim": 128, "intermediate_size": 21504, "vocab_size": 262208,
+    "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 131072, "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0, "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024,
+    "sliding_window_pattern": 6, "query_pre_attn_scalar": 168,
+}
+
+
+def test_gemma3_every_sixth_layer_global():
+    m = from_hf_config(GEMMA3_27B, "gemma-3-27b")
+    assert (m.attention_window, m.attention_window_kind, m.global_attention_every) == (1024, "sliding", 6)
+    assert [m.is_local_attention_layer(i) for i in range(6)] == [True] * 5 + [False]  # Gemma3 (i+1) % 6
+    assert m.num_local_attention_layers == 62 - 10 and m.qk_norm and m.activation == "geglu"
+    s = 8192
+    spans = sum(c.attention_span(m, s, layer=i, causal=True) for i in range(m.num_layers))
+    assert c.total_attention_span(m, s, causal=True) == pytest.approx(spans)
+
+
+def test_gemma2_alternates_and_mistral_slides_everywhere():
+    gemma2 = {**GEMMA3_27B, "model_type": "gemma2", "num_hidden_layers": 42, "sliding_window": 4096}
+    del gemma2["sliding_window_pattern"]
+    m = from_hf_config(gemma2, "gemma-2")
+    assert (m.global_attention_every, m.is_local_attention_layer(0), m.is_local_attention_layer(1)) == (2, True, False)
+    mistral = {"model_type": "mistral", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+               "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000,
+               "max_position_embeddings": 32768, "sliding_window": 4096, "rms_norm_eps": 1e-5}
+    m = from_hf_config(mistral, "mistral-7b-v0.1")
+    assert (m.attention_window, m.global_attention_every, m.num_local_attention_layers) == (4096, 0, 32)
+    # Qwen2-style: use_sliding_window false (or a window covering the context) means full attention.
+    assert from_hf_config({**mistral, "use_sliding_window": False}, "x").attention_window is None
+    assert from_hf_config({**mistral, "sliding_window": 32768}, "x").attention_window is None
+
+
+def test_qwen2_moe_shared_expert_gate_counts_h_per_layer():
+    m = resolve_model(HF / "qwen1.5-moe-a2.7b.json")
+    assert m.shared_expert_gate
+    ungated = m.model_copy(update={"shared_expert_gate": False})
+    assert c.total_params(m) - c.total_params(ungated) == m.num_moe_layers * m.hidden_size
