@@ -147,6 +147,15 @@ class EfficiencySpec(_Frozen):
     - ``framework_overhead_gib``: CUDA context, NCCL/cuBLAS workspaces; ``fragmentation``: allocator
       slack as a fraction of activation memory.
     - ``step_overhead_s``: fixed per-step cost (data loader, optimizer launch, logging).
+    - Mixture of experts (``planner.costmodel.experts`` / ``dispatch``): ``a2a_bw_eff`` achievable
+      fraction of the link bandwidth for the token all-to-all (many small messages: below a ring's
+      ``*_bw_eff``; DeepEP's README measures 153-158 GB/s of H800's 200 GB/s NVLink intranode and
+      43-47 GB/s of 50 GB/s RDMA internode, NCCL all-to-all well below); ``grouped_gemm_eff`` the
+      grouped expert GEMMs' efficiency relative to a dense GEMM of the same shape (several small
+      GEMMs in one kernel, the permuted token layout); ``ep_overlap`` the fraction of dispatch and
+      combine hidden when ``moe_overlap`` is on (Megatron ``--overlap-moe-expert-parallel-comm``,
+      DeepSeek-V3's DualPipe); ``moe_membound_eff`` scales the router, permutation and
+      un-permutation bytes (gather/scatter kernels, not streaming).
     """
 
     gemm_eff_max: float = Field(default=0.80, gt=0, le=1)
@@ -165,12 +174,17 @@ class EfficiencySpec(_Frozen):
     framework_overhead_gib: float = Field(default=2.0, ge=0, le=1e4)
     fragmentation: float = Field(default=0.10, ge=0, le=10)
     step_overhead_s: float = Field(default=0.05, ge=0, le=1e4)
+    a2a_bw_eff: float = Field(default=0.6, gt=0, le=1)
+    grouped_gemm_eff: float = Field(default=0.85, gt=0, le=1)
+    ep_overlap: float = Field(default=0.6, ge=0, le=1)
+    moe_membound_eff: float = Field(default=1.0, gt=0, le=1)
     source: str = Field(default="defaults (not fitted)")
 
     @model_validator(mode="after")
     def _check(self) -> "EfficiencySpec":
         _check_floors(self, dict.fromkeys(("gemm_eff_max", "fp8_gemm_eff_ratio", "attention_eff", "bmm_attention_eff",
-                                           "hbm_eff", "intra_bw_eff", "inter_bw_eff", "zero3_bw_eff"), MIN_FRACTION))
+                                           "hbm_eff", "intra_bw_eff", "inter_bw_eff", "zero3_bw_eff",
+                                           "a2a_bw_eff", "grouped_gemm_eff", "moe_membound_eff"), MIN_FRACTION))
         return self
 
 

@@ -11,7 +11,7 @@ from typing import Iterable
 
 import numpy as np
 
-from plan_search.planner.costmodel.plan import PRECISION_CODES, RECOMPUTE_CODES, Plan
+from plan_search.planner.costmodel.plan import DISPATCHER_CODES, PRECISION_CODES, RECOMPUTE_CODES, Plan
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,8 @@ class PlanArrays:
     """Struct of arrays; field meanings as in :class:`planner.plan.Plan`.
 
     ``recompute`` is coded 0 none, 1 selective, 2 full; ``fp8`` is 1 for fp8 GEMMs;
+    ``ep``/``etp`` the expert-parallel degrees, ``moe_disp`` the token dispatcher (0 alltoall,
+    1 allgather, 2 flex), ``moe_ovl`` dispatch overlap on, ``moe_imb`` the routing imbalance;
     ``rc_layers`` caps the fully recomputed layers per stage (``num_layers`` when every layer is
     recomputed, 0 without full recomputation: a stage recomputes ``min(rc_layers, its layers)``); ``first/mid/last`` are stage layer counts.
     """
@@ -45,6 +47,11 @@ class PlanArrays:
     first: np.ndarray
     mid: np.ndarray
     last: np.ndarray
+    ep: np.ndarray
+    etp: np.ndarray
+    moe_disp: np.ndarray  # DISPATCHER_CODES
+    moe_ovl: np.ndarray
+    moe_imb: np.ndarray  # float
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -73,12 +80,14 @@ class PlanArrays:
                 rc_layers=rc_layers, sp=p.sequence_parallel and p.tp > 1, fa=p.flash_attention,
                 fp8=PRECISION_CODES[p.precision], fp32_grads=p.fp32_grads,
                 ovl_grad=p.overlap_grad_reduce, ovl_param=p.overlap_param_gather,
-                ovl_tp=p.overlap_tp_comm, first=f, mid=mid, last=la,
+                ovl_tp=p.overlap_tp_comm, first=f, mid=mid, last=la, ep=p.ep, etp=p.etp,
+                moe_disp=DISPATCHER_CODES[p.moe_dispatcher], moe_ovl=p.moe_overlap, moe_imb=p.moe_imbalance,
             )
             for k, v in vals.items():
                 cols[k].append(v)
         out = {}
         for k, v in cols.items():
-            dtype = bool if k in ("sp", "fa", "fp32_grads", "ovl_grad", "ovl_param", "ovl_tp") else np.int64
+            dtype = bool if k in ("sp", "fa", "fp32_grads", "ovl_grad", "ovl_param", "ovl_tp", "moe_ovl") else np.int64
+            dtype = float if k == "moe_imb" else dtype
             out[k] = np.asarray(v, dtype=dtype)
         return PlanArrays(**out)

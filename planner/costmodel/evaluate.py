@@ -26,6 +26,7 @@ from plan_search.models import counting
 from plan_search.models.spec import ModelSpec
 
 from plan_search.planner.costmodel import comm
+from plan_search.planner.costmodel import dispatch
 from plan_search.planner.costmodel import memory
 from plan_search.planner.costmodel import step
 from plan_search.planner.costmodel.arrays import PlanArrays
@@ -94,7 +95,7 @@ def evaluate(
         "mfu": model_tflops * 1e12 / peak_bf16,
         "hfu": hw_tflops * 1e12 / peak_bf16,
     }
-    exposed_comm = sum(st["breakdown"][k] for k in ("tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s"))
+    exposed_comm = sum(st["breakdown"][k] for k in ("tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s", "ep_comm_s"))
     out["comm_ratio"] = exposed_comm / step_s
     out["power_kw"] = n * cluster.gpu.tdp_w * cluster.pue / 1000.0
     # Data loading and checkpoints.
@@ -119,7 +120,8 @@ def evaluate(
     return out
 
 
-BOTTLENECKS = ("compute", "hbm_bandwidth", "nvlink", "nic", "bubble", "memory", "storage")
+BOTTLENECKS = ("compute", "hbm_bandwidth", "nvlink", "nic", "all-to-all (nvlink)", "all-to-all (nic)", "bubble",
+               "memory", "storage")
 
 
 def _link_name(crosses):
@@ -132,7 +134,7 @@ def bottleneck(cluster: ClusterSpec, x: PlanArrays, b: dict, fits, io_bound):
     cp_cross = comm.crosses_domain(x.tp, x.cp, cluster, x.num_gpus)
     pp_cross = x.tp * x.cp * x.dp >= comm.domain_share(x.num_gpus, cluster)
     dp_cross = comm.crosses_domain(x.tp * x.cp, x.dp, cluster, x.num_gpus)
-    names = np.array(["compute", "hbm_bandwidth", "tp", "cp", "pp", "dp", "bubble"])
+    names = np.array(["compute", "hbm_bandwidth", "tp", "cp", "pp", "dp", "bubble", "ep"])
     vals = np.stack([
         b["compute_s"] + b["recompute_s"],
         b["memory_bound_s"] + b["optimizer_s"],
@@ -141,6 +143,7 @@ def bottleneck(cluster: ClusterSpec, x: PlanArrays, b: dict, fits, io_bound):
         b["pp_comm_s"],
         b["dp_comm_s"],
         b["bubble_s"],
+        b["ep_comm_s"],  # MoE token dispatch/combine: named "all-to-all (link)"
     ])
     which = names[np.argmax(vals, axis=0)]
     res = which.astype(object)
@@ -148,6 +151,8 @@ def bottleneck(cluster: ClusterSpec, x: PlanArrays, b: dict, fits, io_bound):
     res = np.where(which == "cp", _link_name(cp_cross), res)
     res = np.where(which == "pp", _link_name(pp_cross), res)
     res = np.where(which == "dp", _link_name(dp_cross), res)
+    ep_cross = dispatch.ep_crosses_domain(x, cluster)
+    res = np.where(which == "ep", np.where(ep_cross, "all-to-all (nic)", "all-to-all (nvlink)"), res)
     res = np.where(io_bound, "storage", res)
     res = np.where(fits, res, "memory")
     return res

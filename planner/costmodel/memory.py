@@ -35,6 +35,7 @@ from plan_search.hardware.spec import ClusterSpec
 from plan_search.models import counting
 from plan_search.models.spec import ModelSpec
 
+from plan_search.planner.costmodel import experts
 from plan_search.planner.costmodel.arrays import PlanArrays
 
 GIB = float(2**30)
@@ -65,7 +66,8 @@ def activation_bytes_per_token(model: ModelSpec, x: PlanArrays) -> dict:
     replicated = 4.0 * h + 2.0 * h * gemm_in + (2.0 * h if m.dropout else 0.0)
     tp_region = 2.0 * q + 4.0 * kv + q * gemm_in + (4.0 if m.gated else 2.0) * f + f * gemm_in
     scores = (5.0 if m.dropout else 2.0) * m.num_heads * (x.seq / x.cp)
-    return {"replicated": replicated, "tp_region": tp_region, "scores": scores}
+    mla_tp, mla_latent = experts.mla_activation_delta_per_token(model, x)  # zeros without MLA
+    return {"replicated": replicated + mla_latent, "tp_region": tp_region + mla_tp, "scores": scores}
 
 
 def layer_activation_bytes(model: ModelSpec, x: PlanArrays):
@@ -100,7 +102,7 @@ def in_flight_chunks(x: PlanArrays, stage: str):
 
 def stage_params(model: ModelSpec, x: PlanArrays, stage: str):
     """Parameters one GPU of the ``first`` or ``last`` stage holds (after tensor parallelism)."""
-    per_layer = counting.mean_layer_params(model)
+    per_layer = experts.nonexpert_layer_params(model)  # routed experts: added below, /(ep*etp)
     h, V = model.hidden_size, model.vocab_size
     emb = V * h + (model.seq_len * h if model.position == "learned" else 0)
     out = V * h
@@ -115,7 +117,7 @@ def stage_params(model: ModelSpec, x: PlanArrays, stage: str):
         layers = x.last
         # A tied output layer keeps its own copy on the last stage when pp > 1 (Megatron).
         extra = np.where(single, emb + (0 if model.tied_embeddings else out) + final_norm, out + final_norm)
-    return (layers * per_layer + extra) / x.tp
+    return (layers * per_layer + extra) / x.tp + experts.stage_expert_params(model, x, stage)
 
 
 def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, stage: str) -> dict:
@@ -123,8 +125,14 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     eff = cluster.efficiency
     layers = {"first": x.first, "middle": x.mid, "last": x.last}[stage]
     psi = stage_params(model, x, stage)
-    states = model_state_bytes(psi, x.zero, x.dp, x.fp32_grads)
+    psi_e = experts.stage_expert_params(model, x, stage)  # sharded over the edp group instead
+    states = model_state_bytes(psi - psi_e, x.zero, x.dp, x.fp32_grads)
+    states_e = model_state_bytes(psi_e, x.zero, x.tp * x.cp * x.dp // (x.ep * x.etp), x.fp32_grads)
+    states = {k: states[k] + states_e[k] for k in states}
     stored, recomputed = layer_activation_bytes(model, x)
+    if model.is_moe:  # the stage's MoE layers store more than a dense layer (mean over its layers)
+        n_moe = experts.stage_moe_layers(model, x)[stage]
+        stored = stored + n_moe / np.maximum(layers, 1) * experts.moe_activation_delta_per_layer(model, x)
     n_rc = np.minimum(x.rc_layers, layers)
     per_chunk_layers = layers / x.vpp
     chunks = in_flight_chunks(x, stage)
@@ -144,7 +152,7 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     # the layers in flight: the one computing and the one prefetched -- but no more than the
     # stage has (a one-layer stage has nothing to prefetch)
     in_flight = np.minimum(layers, 2)
-    gather = np.where((x.zero >= 3) & (x.dp > 1), in_flight * 2.0 * counting.mean_layer_params(model) / x.tp, 0.0)
+    gather = np.where((x.zero >= 3) & (x.dp > 1), in_flight * 2.0 * experts.layer_params_local(model, x), 0.0)
     overhead = eff.framework_overhead_gib * GIB + eff.fragmentation * activations
     total = states["weights"] + states["gradients"] + states["optimizer"] + activations + gather + overhead
     return {

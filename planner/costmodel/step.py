@@ -25,6 +25,8 @@ from plan_search.models.spec import ModelSpec
 
 from plan_search.planner.costmodel import comm
 from plan_search.planner.costmodel import compute
+from plan_search.planner.costmodel import dispatch
+from plan_search.planner.costmodel import experts
 from plan_search.planner.costmodel import memory
 from plan_search.planner.costmodel import pipeline
 from plan_search.planner.costmodel.arrays import PlanArrays
@@ -36,6 +38,7 @@ TIME_KEYS = (
     "tp_comm_s",
     "cp_comm_s",
     "pp_comm_s",
+    "ep_comm_s",
     "bubble_s",
     "dp_comm_s",
     "optimizer_s",
@@ -62,6 +65,39 @@ def _stage_components(model, cluster, x, layers, lt, comm_layer, with_embed, wit
         "cp_comm_s": cp,
         "pp_comm_s": pp_s,
     }
+
+
+def _moe_stage_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, lt) -> dict:
+    """Per stage and micro-batch, what its MoE layers add to a dense stage
+    (:func:`experts.moe_layer_times`), the token dispatch and combine (:mod:`dispatch`, the
+    ``ep_comm_s`` entry) and, for MLA, the attention GEMMs' difference; zeros for a dense model."""
+    zero = np.zeros(len(x))
+    if not model.is_moe and getattr(model, "kv_lora_rank", None) is None:
+        terms = {"ep_comm_s": zero}
+        return {**{st: terms for st in memory.STAGES}, "ep_raw_slow": lambda layers: zero}
+    mla_f = experts.mla_attention_fwd_s(model, cluster, x)
+    per_stage_layers = {"first": x.first, "middle": x.mid, "last": x.last}
+    n_moe = experts.stage_moe_layers(model, x)
+    if model.is_moe:
+        mt = experts.moe_layer_times(model, cluster, x)
+        ec = dispatch.ep_layer_comm(model, cluster, x)
+    else:
+        mt = {k: zero for k in ("compute_fwd_s", "compute_bwd_s", "membound_fwd_s", "membound_bwd_s")}
+        ec = {"raw": zero, "exposed": zero, "exposed_fwd": zero}
+    out = {}
+    for st in memory.STAGES:
+        layers, nm = per_stage_layers[st].astype(float), n_moe[st]
+        n_rc = np.minimum(x.rc_layers, layers)
+        rc_moe = np.minimum(n_rc, nm)  # recomputed MoE layers (at most all of them)
+        out[st] = {
+            "compute_s": nm * (mt["compute_fwd_s"] + mt["compute_bwd_s"]) + layers * 3.0 * mla_f,
+            "memory_bound_s": nm * (mt["membound_fwd_s"] + mt["membound_bwd_s"]),
+            "recompute_s": rc_moe * (mt["compute_fwd_s"] + mt["membound_fwd_s"]) + n_rc * mla_f,
+            "ep_comm_s": nm * ec["exposed"] + rc_moe * ec["exposed_fwd"],
+        }
+    share = np.where(x.pp == 1, n_moe["first"] / model.num_layers, n_moe["middle"] / np.maximum(x.mid, 1))
+    out["ep_raw_slow"] = lambda layers: layers * share * ec["raw"]
+    return out
 
 
 def _layer_comm(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, lt) -> dict:
@@ -102,6 +138,10 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
     first = _stage_components(model, cluster, x, x.first, lt, cl, True, single, lg, em, pp_s)
     mid = _stage_components(model, cluster, x, x.mid, lt, cl, False, False, lg, em, pp_s)
     last = _stage_components(model, cluster, x, x.last, lt, cl, single, True, lg, em, pp_s)
+    moe = _moe_stage_terms(model, cluster, x, lt)
+    for st, comps in zip(memory.STAGES, (first, mid, last)):
+        for k, v in moe[st].items():
+            comps[k] = comps.get(k, 0.0) + v
     tot = lambda c: sum(c[k] for k in c)  # noqa: E731
     t_first, t_mid, t_last = tot(first), tot(mid), tot(last)
     slow, mean = pipeline.stage_mix(x, t_first, t_mid, t_last)
@@ -115,9 +155,14 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
     out["bubble_s"] = pipe["bubble_s"]
 
     # Data parallelism and optimizer on the larger of the first/last stage.
-    psi = np.maximum(memory.stage_params(model, x, "first"), memory.stage_params(model, x, "last"))
+    psi_e = {st: experts.stage_expert_params(model, x, st) for st in memory.STAGES}
+    psi = np.maximum(memory.stage_params(model, x, "first") - psi_e["first"],
+                     memory.stage_params(model, x, "last") - psi_e["last"])
+    psi_e = np.maximum(np.maximum(psi_e["first"], psi_e["last"]), np.where(x.pp > 2, psi_e["middle"], 0.0))
     layers_slow = np.where(is_last, x.last, np.where(is_mid, x.mid, x.first))
     dp = comm.dp_step_s(psi, x, cluster)
+    edp = dispatch.expert_dp_step_s(psi_e, x, cluster)
+    dp = {"grad_s": dp["grad_s"] + edp["grad_s"], "param_s": dp["param_s"] + edp["param_s"]}
     # Overlap window: the compute of the stage with the most layers (whose gradients are the
     # largest and whose reduction ends the step), not of the slowest stage (which can be a
     # short last stage made slow by the logits: a window that would shrink as HBM got faster).
@@ -141,7 +186,7 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
         dp["param_s"],
     )
     out["dp_comm_s"] = grad_exp + param_exp
-    out["optimizer_s"] = compute.optimizer_s(psi, cluster, x)
+    out["optimizer_s"] = compute.optimizer_s(psi, cluster, x) + dispatch.expert_optimizer_s(psi_e, cluster=cluster, x=x)
     out["overhead_s"] = np.full(len(x), eff.step_overhead_s)
     step = sum(out[k] for k in TIME_KEYS)
     n_rc_slow = np.minimum(x.rc_layers, layers_slow)
@@ -149,6 +194,7 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
         "tp_comm_raw_s": m * (layers_slow * cl["tp_raw"] + n_rc_slow * cl["tp_raw"] / 2.0),
         "cp_comm_raw_s": m * (layers_slow * cl["cp_raw"] + n_rc_slow * cl["cp_raw"] / 3.0),
         "pp_comm_raw_s": m * pp_raw,
+        "ep_comm_raw_s": m * moe["ep_raw_slow"](layers_slow),
         "dp_comm_raw_s": dp["grad_s"] + dp["param_s"],
     }
     return {"step_s": step, "breakdown": out, "raw": raw, "bubble_fraction": pipe["bubble_fraction"]}

@@ -143,6 +143,58 @@ def megatron_model_args(m: ModelSpec, seq_len: int) -> list[str]:
     return a
 
 
+def moe_layer_pattern(m: ModelSpec) -> str:
+    """Megatron's ``--moe-layer-freq`` list expression of the model's MoE layers (1 MoE, 0 dense), e.g.
+    ``([0]*3+[1]*58)`` for DeepSeek-V3; the plain frequency ``1`` when every layer is MoE."""
+    f, k, l = m.first_dense_layers, m.moe_layer_freq, m.num_layers
+    if f == 0 and k == 1:
+        return "1"
+    body = "+".join(p for p in (f"[0]*{f}" if f else "", f"([1]+[0]*{k - 1})*{(l - f) // k}" if k > 1
+                                 else f"[1]*{l - f}") if p)
+    rest = (l - f) % k if k > 1 else 0
+    if rest:
+        body += f"+[1]+[0]*{rest - 1}" if rest > 1 else "+[1]"
+    return f"({body})"
+
+
+def megatron_moe_args(p: Plan, m: ModelSpec) -> list[str]:
+    """MoE and MLA flags (Megatron-LM ``_add_moe_args`` / ``_add_mla_args`` at the kept commit): the
+    expert layout (always explicit: Megatron's ``--expert-tensor-parallel-size`` defaults to tp, the
+    plan's etp to 1), the routed/shared experts, the router, the dispatcher and its overlap."""
+    a: list[str] = []
+    if getattr(m, "kv_lora_rank", None) is not None:
+        a += ["--multi-latent-attention", "--kv-lora-rank", str(m.kv_lora_rank),
+              "--qk-head-dim", str(m.qk_nope_head_dim), "--qk-pos-emb-head-dim", str(m.qk_rope_head_dim),
+              "--v-head-dim", str(m.v_head_dim or m.head_dim)]
+        if m.q_lora_rank:
+            a += ["--q-lora-rank", str(m.q_lora_rank)]
+    if getattr(m, "mtp_num_layers", 0):
+        a += ["--mtp-num-layers", str(m.mtp_num_layers)]
+    if not m.is_moe:
+        return a
+    a += ["--expert-model-parallel-size", str(p.ep), "--expert-tensor-parallel-size", str(p.etp),
+          "--num-experts", str(m.num_experts), "--moe-router-topk", str(m.experts_per_token),
+          "--moe-ffn-hidden-size", str(m.expert_ffn_hidden_size), "--moe-layer-freq", moe_layer_pattern(m)]
+    if m.num_shared_experts:
+        a += ["--moe-shared-expert-intermediate-size",
+              str(m.num_shared_experts * (m.shared_expert_ffn_hidden_size or m.expert_ffn_hidden_size))]
+    if getattr(m, "router_score", "softmax") == "sigmoid":
+        a += ["--moe-router-score-function", "sigmoid"]
+    if getattr(m, "router_expert_bias", False):
+        a.append("--moe-router-enable-expert-bias")
+    if getattr(m, "router_num_groups", 0):
+        a += ["--moe-router-num-groups", str(m.router_num_groups), "--moe-router-group-topk", str(m.router_group_topk)]
+    if getattr(m, "moe_capacity_factor", None) is not None:
+        a += ["--moe-expert-capacity-factor", str(m.moe_capacity_factor)]
+    a += ["--moe-grouped-gemm", "--moe-permute-fusion", "--moe-router-dtype", "fp32",
+          "--moe-token-dispatcher-type", p.moe_dispatcher]
+    if p.moe_dispatcher == "flex":
+        a.append("--moe-enable-deepep")
+    if p.moe_overlap:
+        a.append("--overlap-moe-expert-parallel-comm")
+    return a
+
+
 def to_megatron_args(plan: Plan, model: ModelSpec, cluster=None) -> list[str]:
     """Megatron-LM ``pretrain_gpt.py`` flags for the plan and the model's shape.
 
@@ -151,6 +203,7 @@ def to_megatron_args(plan: Plan, model: ModelSpec, cluster=None) -> list[str]:
     """
     p = fw.require("megatron", plan, model, cluster)
     args = megatron_parallel_args(p, model.num_layers) + megatron_model_args(model, p.seq_len)
+    args += megatron_moe_args(p, model)
     _unknown("megatron", [a for a in args if a.startswith("--")])
     megatron_parser().parse_args(args)  # the flags take the values they are given (kinds and choices)
     return args
@@ -216,7 +269,14 @@ def from_megatron_args(args: Sequence[str], num_gpus: int) -> Plan:
     else:
         fp32_grads = not ns.grad_reduce_in_bf16
     backend = ns.attention_backend or "auto"
-    return _plan(
+    moe = {}
+    if ns.num_experts:
+        # Megatron's default --expert-tensor-parallel-size is tp (arguments.py validate_args)
+        moe = dict(ep=ns.expert_model_parallel_size or 1,
+                   etp=ns.expert_tensor_parallel_size if ns.expert_tensor_parallel_size else tp,
+                   moe_dispatcher=ns.moe_token_dispatcher_type or "allgather",
+                   moe_overlap=bool(ns.overlap_moe_expert_parallel_comm))
+    return _plan(**moe,
         num_gpus=num_gpus, tp=tp, pp=pp, cp=cp, vpp=vpp, zero=zero, micro_batch=ns.micro_batch_size,
         global_batch=ns.global_batch_size, seq_len=ns.seq_length, recompute=recompute, recompute_layers=rc_layers,
         sequence_parallel=bool(ns.sequence_parallel) and tp > 1, flash_attention=backend not in ("unfused", "local"),
@@ -302,8 +362,24 @@ def to_deepspeed_pipeline(plan: Plan, model: ModelSpec, layer_class: str = "Tran
     return out
 
 
+def to_deepspeed_moe(plan: Plan, model: ModelSpec, cluster=None) -> dict | None:
+    """The ``deepspeed.moe.layer.MoE`` keyword arguments of each MoE layer (None for a dense model):
+    ``num_experts``, ``ep_size``, ``k``; dropless as the plan prices it (``drop_tokens`` off);
+    ``enable_expert_tensor_parallelism`` when the plan splits experts over the tp ranks (etp = tp > 1)."""
+    p = fw.require("deepspeed", plan, model, cluster)
+    m = model
+    if not m.is_moe:
+        return None
+    out = {"num_experts": m.num_experts, "ep_size": p.ep, "k": m.experts_per_token, "drop_tokens": False,
+           "use_residual": False, "enable_expert_tensor_parallelism": p.etp > 1}
+    if getattr(m, "moe_capacity_factor", None) is not None:
+        out.update(drop_tokens=True, capacity_factor=float(m.moe_capacity_factor))
+    _unknown("deepspeed", ["MoE." + k for k in out])
+    return out
+
+
 def from_deepspeed_config(cfg: dict, num_gpus: int, seq_len: int, pipeline: dict | None = None,
-                          flash_attention: bool = True) -> Plan:
+                          flash_attention: bool = True, moe: dict | None = None) -> Plan:
     """The plan of a DeepSpeed config (+ the pipeline arguments when pp > 1).
 
     ``num_gpus`` is the world size; ``seq_len`` and ``flash_attention`` are the model code's, which the
@@ -344,7 +420,10 @@ def from_deepspeed_config(cfg: dict, num_gpus: int, seq_len: int, pipeline: dict
     else:
         recompute = "full" if "activation_checkpointing" in cfg else "none"
     tpc = cfg.get("tensor_parallel") or {}
-    return _plan(
+    ex = {}
+    if moe:
+        ex = dict(ep=int(moe.get("ep_size", 1)), etp=tp if moe.get("enable_expert_tensor_parallelism") else 1)
+    return _plan(**ex,
         num_gpus=num_gpus, tp=tp, pp=pp, dp=dp, cp=1, vpp=1, zero=zero, micro_batch=mb, global_batch=gb,
         seq_len=seq_len, recompute=recompute, sequence_parallel=False, flash_attention=flash_attention,
         precision=precision, fp32_grads=fp32_grads, overlap_grad_reduce=ovl_grad, overlap_param_gather=ovl_param,
@@ -391,6 +470,10 @@ def torchtitan_sections(plan: Plan, model: ModelSpec, cluster=None) -> dict[str,
         if lps is not None:
             par["pipeline_parallel_layers_per_stage"] = lps
     par["context_parallel_degree"] = p.cp
+    if model.is_moe:
+        par["expert_parallel_degree"] = p.ep
+        par["expert_tensor_parallel_degree"] = p.etp
+        par["expert_parallel_comm_backend"] = "deepep" if p.moe_dispatcher == "flex" else "standard"
     training = {
         "local_batch_size": p.micro_batch * (p.grad_accum if p.pp > 1 else 1),
         "global_batch_size": p.global_batch,
@@ -518,12 +601,16 @@ def from_torchtitan_toml(text: str, num_layers: int) -> Plan:
             raise InputError(f"torchtitan: selective_ac_option {option!r} is neither 'op' nor a positive integer")
     elif mode != "none":
         raise InputError(f"torchtitan: activation_checkpoint.mode {mode!r} is not a plan (none, full, selective)")
+    moe = {}
+    if "expert_parallel_degree" in par:
+        moe = dict(ep=int(par.get("expert_parallel_degree", 1)), etp=int(par.get("expert_tensor_parallel_degree", 1)),
+                   moe_dispatcher="flex" if par.get("expert_parallel_comm_backend") == "deepep" else "alltoall")
     converters = (d.get("model") or {}).get("converters") or []
     precision = "fp8" if any("float8" in c for c in converters) else "bf16"
     if tr.get("mixed_precision_param", "bfloat16") != "bfloat16" and precision != "fp8":
         raise InputError("torchtitan: mixed_precision_param float32 is not a plan (bf16 or fp8)")
     return _plan(
-        num_gpus=dp * tp * pp * cp, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero, micro_batch=mb,
+        **moe, num_gpus=dp * tp * pp * cp, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero, micro_batch=mb,
         global_batch=gb, seq_len=int(tr.get("seq_len", 2048)), recompute=recompute, recompute_layers=rc_layers,
         sequence_parallel=tp > 1, flash_attention=True, precision=precision, fp32_grads=True,
         overlap_grad_reduce=True, overlap_param_gather=True,
@@ -600,7 +687,44 @@ def to_nemo_overrides(plan: Plan, model: ModelSpec, cluster=None, gpus_per_node:
     else:
         o.update({"model.config.recompute_granularity": "full", "model.config.recompute_method": "block",
                   "model.config.recompute_num_layers": p.recompute_layers // p.vpp})
+    o.update(nemo_moe_overrides(p, m))
     _unknown("nemo", o)
+    return o
+
+
+def nemo_moe_overrides(p: Plan, m: ModelSpec) -> dict:
+    """MoE/MLA overrides (Megatron-Core 0.16.1 TransformerConfig fields through ``model.config``; the
+    layout through ``MegatronStrategy``, as Megatron-Bridge's MoE recipes set them)."""
+    o: dict[str, Any] = {}
+    if getattr(m, "kv_lora_rank", None) is not None:
+        o.update({"model.config.multi_latent_attention": True, "model.config.q_lora_rank": m.q_lora_rank,
+                  "model.config.kv_lora_rank": m.kv_lora_rank, "model.config.qk_head_dim": m.qk_nope_head_dim,
+                  "model.config.qk_pos_emb_head_dim": m.qk_rope_head_dim,
+                  "model.config.v_head_dim": m.v_head_dim or m.head_dim})
+    if getattr(m, "mtp_num_layers", 0):
+        o["model.config.mtp_num_layers"] = m.mtp_num_layers
+    if not m.is_moe:
+        return o
+    o.update({
+        "trainer.strategy.expert_model_parallel_size": p.ep,
+        "trainer.strategy.expert_tensor_parallel_size": p.etp,
+        "model.config.num_moe_experts": m.num_experts,
+        "model.config.moe_router_topk": m.experts_per_token,
+        "model.config.moe_ffn_hidden_size": m.expert_ffn_hidden_size,
+        # TransformerConfig.moe_layer_freq: an int (1 = every layer) or the per-layer 0/1 list
+        "model.config.moe_layer_freq": 1 if moe_layer_pattern(m) == "1" else [
+            int(i >= m.first_dense_layers and (i - m.first_dense_layers) % m.moe_layer_freq == 0)
+            for i in range(m.num_layers)],
+        "model.config.moe_shared_expert_intermediate_size":
+            m.num_shared_experts * (m.shared_expert_ffn_hidden_size or m.expert_ffn_hidden_size)
+            if m.num_shared_experts else None,
+        "model.config.moe_grouped_gemm": True,
+        "model.config.moe_permute_fusion": True,
+        "model.config.moe_router_dtype": "fp32",
+        "model.config.moe_token_dispatcher_type": p.moe_dispatcher,
+        "model.config.moe_flex_dispatcher_backend": "deepep" if p.moe_dispatcher == "flex" else None,
+        "model.config.overlap_moe_expert_parallel_comm": p.moe_overlap,
+    })
     return o
 
 
@@ -658,7 +782,13 @@ def from_nemo_overrides(overrides: dict | str) -> Plan:
     if g("trainer.plugins.fp8"):
         precision = "fp8"
     tp = int(g(s + "tensor_model_parallel_size", 1))
-    return _plan(
+    moe = {}
+    if g("model.config.num_moe_experts"):
+        moe = dict(ep=int(g(s + "expert_model_parallel_size", 1)),
+                   etp=int(g(s + "expert_tensor_parallel_size") or tp),
+                   moe_dispatcher=g("model.config.moe_token_dispatcher_type", "allgather"),
+                   moe_overlap=bool(g("model.config.overlap_moe_expert_parallel_comm", False)))
+    return _plan(**moe,
         num_gpus=num_gpus, tp=tp, pp=int(g(s + "pipeline_model_parallel_size", 1)),
         cp=int(g(s + "context_parallel_size", 1)), vpp=vpp, zero=zero, micro_batch=mb, global_batch=gb,
         seq_len=seq, recompute=recompute, recompute_layers=rc_layers,
@@ -685,10 +815,14 @@ class LaunchConfig:
     data: Any
     extra: Any = None  # DeepSpeed: the PipelineModule arguments when pp > 1
     notes: tuple[str, ...] = field(default_factory=tuple)
+    moe: Any = None  # DeepSpeed: the deepspeed.moe.layer.MoE arguments of a MoE model
 
     def as_json(self) -> dict:
-        return {"framework": self.framework, "version": self.version, "kind": self.kind, "config": self.data,
-                "pipeline_module": self.extra, "notes": list(self.notes), "text": self.text}
+        out = {"framework": self.framework, "version": self.version, "kind": self.kind, "config": self.data,
+               "pipeline_module": self.extra, "notes": list(self.notes), "text": self.text}
+        if self.moe is not None:
+            out["moe_layer"] = self.moe
+        return out
 
 
 def _notes(framework: str, p: Plan, m: ModelSpec) -> list[str]:
@@ -702,6 +836,9 @@ def _notes(framework: str, p: Plan, m: ModelSpec) -> list[str]:
         if m.activation == "geglu":
             n.append("geglu is written as --quick-geglu, Megatron-LM's gated-GELU flag")
         n.append("tokenizer, data, optimizer, schedule, checkpoint and logging flags are yours")
+        if m.is_moe:
+            n.append("MoE: the step time assumes moe_imbalance x the balanced load on the busiest expert rank; "
+                     "--moe-router-load-balancing-type and --moe-aux-loss-coeff are yours")
     elif framework == "deepspeed":
         n.append("seq_len and the attention kernel are the model code's (the config does not carry them)")
         if p.recompute == "full" and p.pp == 1:
@@ -711,6 +848,10 @@ def _notes(framework: str, p: Plan, m: ModelSpec) -> list[str]:
         if p.pp > 1:
             n.append("build the model as deepspeed.pipe.PipelineModule(layers, **pipeline_module, "
                      "topology=PipeModelDataParallelTopology(**topology)); the layer class name sets partition_method")
+        if m.is_moe:
+            n.append("MoE: wrap each MoE layer's experts in deepspeed.moe.layer.MoE(hidden_size, expert, "
+                     "**moe_layer); the optimizer needs its MoE parameter groups "
+                     "(deepspeed.moe.utils.split_params_into_different_moe_groups_for_optimizer)")
     elif framework == "torchtitan":
         n.append("[model] name/flavor must be a torchtitan model of this shape; the shape is not a TOML key")
         if p.cp > 1:
@@ -742,10 +883,13 @@ def emit(framework: str, plan: Plan, model: ModelSpec, cluster=None) -> LaunchCo
     if f == "deepspeed":
         cfg = to_deepspeed_config(plan, model, cluster)
         pipe = to_deepspeed_pipeline(plan, model, cluster=cluster)
+        moe = to_deepspeed_moe(plan, model, cluster)
         text = json.dumps(cfg, indent=2)
         if pipe is not None:
             text += "\n# PipelineModule arguments (pp > 1):\n" + json.dumps(pipe, indent=2)
-        return LaunchConfig(f, ver, "json", text, cfg, pipe, notes)
+        if moe is not None:
+            text += "\n# deepspeed.moe.layer.MoE arguments (each MoE layer):\n" + json.dumps(moe, indent=2)
+        return LaunchConfig(f, ver, "json", text, cfg, pipe, notes, moe)
     if f == "torchtitan":
         text = to_torchtitan_toml(plan, model, cluster)
         return LaunchConfig(f, ver, "toml", text, torchtitan_sections(plan, model, cluster), None, notes)

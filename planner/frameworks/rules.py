@@ -412,11 +412,110 @@ _TT_RULES = [
 ]
 
 
+# ---- Mixture of experts (issue 13). Each rule names the file and version it was read at.
+
+#: Megatron-LM's MoE flags and checks, read at the same commit as its other arguments
+#: (``megatron/training/arguments.py`` ``_add_moe_args``, ``validate_args``), and the Megatron-Core
+#: files of that commit: ``megatron/core/transformer/transformer_config.py`` (``__post_init__``),
+#: ``megatron/core/transformer/moe/moe_layer.py`` (``MoELayer.forward``).
+_MLM_MOE = f"Megatron-LM megatron/training/arguments.py@{MEGATRON_ARGS_COMMIT[:8]}"
+_MC_MOE = f"Megatron-Core (Megatron-LM@{MEGATRON_ARGS_COMMIT[:8]})"
+#: DeepSpeed-MoE read at the DeepSpeed repository's main branch, commit edaa7221 (version.txt 0.19.6;
+#: the MoE code is unchanged in substance since 0.14): ``deepspeed/moe/layer.py`` (``MoE.__init__``),
+#: ``deepspeed/moe/sharded_moe.py`` (``MOELayer``: all-to-all dispatch), ``deepspeed/runtime/engine.py``
+#: (ZeRO-3), ``deepspeed/utils/groups.py`` (expert groups inside a pipeline stage).
+_DS_MOE = "DeepSpeed main@edaa7221 (0.19.6)"
+#: torchtitan 0.2.2 (tag v0.2.2): ``torchtitan/distributed/parallel_dims.py`` (ParallelDims, build_mesh),
+#: ``torchtitan/config/job_config.py`` (Parallelism.expert_*), ``models/deepseek_v3/infra/parallelize.py``.
+_TT_MOE = "torchtitan 0.2.2"
+
+
+def _moe_overlap_mcore(p: Plan, m: ModelSpec, c) -> Optional[str]:
+    if not p.moe_overlap or not m.is_moe:
+        return None
+    if p.ep == 1:
+        return "moe_overlap needs ep > 1"
+    if p.moe_dispatcher == "allgather":
+        return "moe_overlap needs the alltoall or flex dispatcher"
+    if p.recompute == "full":
+        return "moe_overlap with full recomputation"
+    if p.pp > 1 and p.vpp == 1:
+        return "moe_overlap with pp > 1 needs virtual stages (vpp > 1)"
+    return None
+
+
+def _moe_rules_mcore(fw: str) -> list[Rule]:
+    mlm = fw == "megatron"
+    out = [
+        Rule(f"{fw}-moe-sp", fw, "a MoE model with tensor parallelism trains with sequence parallelism",
+             f"{_MC_MOE} megatron/core/transformer/moe/moe_layer.py MoELayer.forward (ValueError)",
+             lambda p, m, c: f"tp {p.tp} without sequence_parallel"
+             if m.is_moe and p.tp > 1 and not p.sequence_parallel else None),
+        Rule(f"{fw}-moe-etp-bias", fw, "expert tensor parallelism (etp > 1) needs bias-free linear layers",
+             f"{_MC_MOE} megatron/core/transformer/transformer_config.py __post_init__ "
+             "('Bias in Moe is only supported when ETP==1')",
+             lambda p, m, c: f"etp {p.etp} with biases" if m.is_moe and p.etp > 1 and m.bias else None),
+        Rule(f"{fw}-moe-overlap", fw, "overlap_moe_expert_parallel_comm needs ep > 1, the alltoall/flex "
+             "dispatcher, no full recomputation and, with pp > 1, virtual stages",
+             f"{_MC_MOE} megatron/core/transformer/transformer_config.py __post_init__", _moe_overlap_mcore),
+    ]
+    if mlm:
+        out.append(Rule(f"{fw}-moe-fp16", fw, "expert parallelism and grouped GEMMs are not supported with fp16",
+                        f"{_MLM_MOE} validate_args ('Expert parallelism is not supported with fp16 training'; "
+                        "--moe-grouped-gemm asserts bf16)",
+                        lambda p, m, c: "precision fp16" if m.is_moe and p.precision == "fp16" else None))
+    return out
+
+
+_DS_MOE_RULES = [
+    Rule("deepspeed-moe-zero3", "deepspeed", "native DeepSpeed MoE is not supported with ZeRO stage 3",
+         f"{_DS_MOE} deepspeed/runtime/engine.py ('Native DeepSpeed MoE is not supported with ZeRO Stage 3')",
+         lambda p, m, c: "zero 3" if m.is_moe and p.zero == 3 else None),
+    Rule("deepspeed-moe-etp", "deepspeed", "experts are replicated over the tensor-parallel ranks "
+         "(etp 1) or split over all of them (enable_expert_tensor_parallelism: etp = tp)",
+         f"{_DS_MOE} deepspeed/moe/layer.py MoE.__init__",
+         lambda p, m, c: f"etp {p.etp}, tp {p.tp}" if m.is_moe and p.etp not in (1, p.tp) else None),
+    Rule("deepspeed-moe-dispatch", "deepspeed", "tokens are dispatched by one blocking all-to-all "
+         "(_AllToAll): no allgather or flex dispatcher, no dispatch overlap",
+         f"{_DS_MOE} deepspeed/moe/sharded_moe.py MOELayer.forward",
+         lambda p, m, c: f"dispatcher {p.moe_dispatcher}, overlap {p.moe_overlap}"
+         if m.is_moe and (p.moe_dispatcher != "alltoall" or p.moe_overlap) else None),
+]
+
+
+def _tt_ep_mesh(p: Plan, m: ModelSpec, c) -> Optional[str]:
+    if not m.is_moe or p.ep * p.etp == 1:
+        return None
+    shard = p.dp if p.zero == 3 else 1  # FSDP shards over dp; DDP replicates (dp_replicate)
+    if (shard * p.cp * p.tp) % (p.ep * p.etp):
+        return f"ep*etp {p.ep * p.etp} does not divide dp_shard*cp*tp {shard * p.cp * p.tp}"
+    return None
+
+
+_TT_MOE_RULES = [
+    Rule("torchtitan-moe-etp", "torchtitan", "expert tensor parallelism is 1 or equal to tp",
+         f"{_TT_MOE} distributed/parallel_dims.py ParallelDims._validate ('Currently we only support ETP=TP "
+         "or ETP=1')", lambda p, m, c: f"etp {p.etp}, tp {p.tp}" if m.is_moe and p.ep > 1 and p.etp not in (1, p.tp)
+         else None),
+    Rule("torchtitan-moe-mesh", "torchtitan", "the expert mesh (efsdp, ep, etp) is carved out of the FSDP "
+         "shard x cp x tp ranks: ep*etp must divide dp_shard*cp*tp (with DDP, cp*tp)",
+         f"{_TT_MOE} distributed/parallel_dims.py build_mesh (efsdp = fsdp*tp/(etp*ep))", _tt_ep_mesh),
+    Rule("torchtitan-moe-dispatch", "torchtitan", "expert_parallel_comm_backend is standard (all-to-all) or "
+         "deepep (flex, needs ep > 1); no allgather dispatcher; the EP/PP overlap needs the DualPipeV "
+         "schedule, which the plan does not price",
+         f"{_TT_MOE} config/job_config.py Parallelism.expert_parallel_comm_backend, "
+         "pipeline_parallel_expert_parallel_overlap",
+         lambda p, m, c: f"dispatcher {p.moe_dispatcher}, ep {p.ep}, overlap {p.moe_overlap}"
+         if m.is_moe and (p.moe_dispatcher == "allgather" or p.moe_overlap
+                          or (p.moe_dispatcher == "flex" and p.ep == 1)) else None),
+]
+
+
 RULES: dict[str, tuple[Rule, ...]] = {
-    "megatron": tuple(_mcore_rules("megatron")),
-    "nemo": tuple(_mcore_rules("nemo")) + tuple(_NEMO_EXTRA),
-    "deepspeed": tuple(_DS_RULES),
-    "torchtitan": tuple(_TT_RULES),
+    "megatron": tuple(_mcore_rules("megatron")) + tuple(_moe_rules_mcore("megatron")),
+    "nemo": tuple(_mcore_rules("nemo")) + tuple(_NEMO_EXTRA) + tuple(_moe_rules_mcore("nemo")),
+    "deepspeed": tuple(_DS_RULES) + tuple(_DS_MOE_RULES),
+    "torchtitan": tuple(_TT_RULES) + tuple(_TT_MOE_RULES),
 }
 
 

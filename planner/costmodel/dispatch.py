@@ -1,0 +1,119 @@
+"""Token dispatch and combine of the MoE layers, and the expert-data-parallel gradient traffic.
+
+Per MoE layer and micro-batch, forward: a *dispatch* sends each of the ``T_loc`` tokens of a GPU
+(:func:`experts.moe_tokens`) to the ranks holding its ``k`` experts and a *combine* brings the
+expert outputs back; the backward does both again with the gradients (4 exchanges per layer,
+plus 2 more per fully recomputed layer). Three dispatchers (Megatron-Core
+``--moe-token-dispatcher-type``, ``transformer/moe/token_dispatcher.py``):
+
+- ``alltoall``: an all-to-all over the ``ep`` ranks; each GPU sends ``S = T_loc * k * h * 2``
+  bytes (bf16 rows; the busiest rank receives ``moe_imbalance`` times that), ``(ep-1)/ep`` of it
+  to other ranks. The ``ep`` group strides ``etp`` ranks (expert grid ``etp x ep x edp``,
+  innermost first), so ``k_d = min(ep, D / etp)`` of its members share an NVLink domain of ``D``
+  GPUs (:func:`comm.members_per_domain`, ``node.intra_domain_size``: 8 on HGX, 72 on an NVL72
+  rack): ``(k_d - 1)/ep`` of ``S`` crosses NVLink, ``(ep - k_d)/ep`` the NIC; the two run at once
+  (time = the slower) at ``a2a_bw_eff`` of each link, plus one latency per level.
+  With ``etp > 1`` the received rows are then all-gathered over the ``etp`` group (combine:
+  reduce-scattered), priced as :func:`comm.collective_s`.
+- ``flex`` (DeepEP / HybridEP): the same NVLink part, but a token crosses the NIC once per
+  *distinct remote domain* among its ``k`` experts and is forwarded inside the domain over NVLink:
+  NIC bytes per token ``h * 2 * (G - 1) * (1 - (1 - 1/G)^k)`` for ``G = ep / k_d`` domains
+  (uniform routing; DeepSeek-V3 Sec. 3.2.2 node-limited dispatch).
+- ``allgather``: every GPU all-gathers the ``T_loc`` rows of the ``ep * etp`` expert group and
+  reduce-scatters the outputs back (:func:`comm.collective_s` ring costs).
+
+Overlap: with ``moe_overlap`` a fraction ``ep_overlap`` of this traffic is hidden (Megatron-Core's
+``--overlap-moe-expert-parallel-comm`` runs one micro-batch's dispatch under another's compute;
+DeepSeek-V3's DualPipe); otherwise it is exposed.
+
+Expert data parallelism: the expert gradients are reduced (and the parameters gathered) over the
+``edp`` replicas of each expert, by the same ZeRO-stage formulas as the dense data parallelism
+(:func:`comm.dp_step_s`, applied to the expert grid: stride ``etp * ep``, group ``edp``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from plan_search.hardware.spec import ClusterSpec
+from plan_search.models.spec import ModelSpec
+
+from plan_search.planner.costmodel import comm
+from plan_search.planner.costmodel import compute
+from plan_search.planner.costmodel import experts
+from plan_search.planner.costmodel.arrays import PlanArrays
+
+DISPATCH_BYTES = 2.0  # bf16 rows
+
+
+def ep_members_per_domain(x: PlanArrays, cluster: ClusterSpec):
+    """Members of the ``ep`` group per NVLink domain (the group strides ``etp`` ranks)."""
+    return comm.members_per_domain(x.etp, x.ep, cluster)
+
+
+def ep_crosses_domain(x: PlanArrays, cluster: ClusterSpec):
+    """True where the expert-parallel group leaves the NVLink domain (all-to-all on the NICs)."""
+    return (x.ep > 1) & (ep_members_per_domain(x, cluster) < x.ep)
+
+
+def _a2a_s(intra_bytes, inter_bytes, crosses, cluster: ClusterSpec):
+    node, e = cluster.node, cluster.efficiency
+    b_in = node.intra_node_gbps * 1e9 * e.a2a_bw_eff
+    b_out = node.inter_node_gbps * 1e9 * e.a2a_bw_eff
+    lat = node.intra_latency_us * 1e-6 + np.where(crosses, node.inter_latency_us * 1e-6, 0.0)
+    return np.maximum(intra_bytes / b_in, inter_bytes / b_out) + lat
+
+
+def exchange_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
+    """One dispatch (= one combine) of one MoE layer and micro-batch, seconds."""
+    h, k = model.hidden_size, model.experts_per_token
+    Tl = experts.moe_tokens(x)
+    ep = x.ep.astype(float)
+    kd = ep_members_per_domain(x, cluster).astype(float)
+    crosses = ep_crosses_domain(x, cluster)
+    S = Tl * k * h * DISPATCH_BYTES * experts.imbalance(x)
+    intra = S * (kd - 1) / ep
+    inter_a2a = S * (ep - kd) / ep
+    G = ep / kd
+    distinct_remote = (G - 1) * (1.0 - (1.0 - 1.0 / G) ** k)
+    inter_flex = Tl * h * DISPATCH_BYTES * distinct_remote * experts.imbalance(x)
+    intra_flex = intra + inter_flex * (kd - 1) / kd  # forwarded inside the destination domain
+    a2a = _a2a_s(intra, inter_a2a, crosses, cluster)
+    flex = _a2a_s(intra_flex, inter_flex, crosses, cluster)
+    # etp > 1: the rows an ep rank receives are gathered over its etp group (combine: scattered)
+    rows_bytes = experts.routed_rows(model, x) * h * DISPATCH_BYTES
+    k_etp = comm.members_per_domain(1, x.etp, cluster)
+    etp_s = comm.collective_s(comm.ALL_GATHER, rows_bytes, x.etp, k_etp, cluster)
+    group = x.ep * x.etp
+    ag = comm.collective_s(comm.ALL_GATHER, Tl * h * DISPATCH_BYTES * group, group,
+                           comm.members_per_domain(1, group, cluster), cluster)
+    out = np.select([x.moe_disp == 1, x.moe_disp == 2], [ag, flex + etp_s], a2a + etp_s)
+    return np.where((x.ep > 1) | (x.etp > 1), out, 0.0)
+
+
+def ep_layer_comm(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
+    """Per MoE layer and micro-batch: raw and exposed dispatch+combine seconds, forward+backward
+    (``raw``, ``exposed``) and forward alone (``exposed_fwd``, what full recomputation repeats)."""
+    one = exchange_s(model, cluster, x)
+    keep = np.where(x.moe_ovl, 1.0 - cluster.efficiency.ep_overlap, 1.0)
+    fwd = 2.0 * one
+    return {"raw": 2.0 * fwd, "exposed": 2.0 * fwd * keep, "exposed_fwd": fwd * keep}
+
+
+def expert_grid(x: PlanArrays) -> PlanArrays:
+    """``x`` seen from the expert layers: ``tp`` -> ``etp*ep`` (the stride), ``cp`` -> 1,
+    ``dp`` -> ``edp``, with the same micro-batches per step."""
+    edp = x.tp * x.cp * x.dp // (x.ep * x.etp)
+    return dataclasses.replace(x, tp=x.etp * x.ep, cp=np.ones_like(x.cp), dp=edp, gb=x.m * edp * x.mb)
+
+
+def expert_dp_step_s(expert_params_local, x: PlanArrays, cluster: ClusterSpec) -> dict:
+    """Expert gradients / parameters over the expert-data-parallel group, per step."""
+    return comm.dp_step_s(expert_params_local, expert_grid(x), cluster)
+
+
+def expert_optimizer_s(expert_params_local, x: PlanArrays, cluster: ClusterSpec):
+    """Adam over the local expert shard (sharded over ``edp`` with the distributed optimizer)."""
+    return compute.optimizer_s(expert_params_local, cluster, expert_grid(x))

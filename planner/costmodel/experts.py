@@ -1,0 +1,250 @@
+"""Mixture-of-experts layers: where the experts live, what their GEMMs, router and token
+permutation cost, what they store. One copy of each MoE formula; :mod:`step`, :mod:`memory` and
+:mod:`evaluate` call these (the token dispatch and combine are in :mod:`dispatch`).
+
+Layout (Megatron-Core "parallel folding", Liu et al. 2025, arXiv 2504.14960): the ``tp*cp*dp``
+GPUs of a pipeline stage run attention as ``tp x cp x dp`` and the expert MLPs as
+``etp x ep x edp``. A MoE layer of a stage therefore
+
+- keeps its attention, norms, router and shared experts as a dense layer does (tensor-parallel
+  over ``tp``; Megatron shards the shared experts like a dense MLP);
+- holds ``num_experts / ep`` routed experts, each split over ``etp`` GPUs: ``E * mlp_params /
+  (ep * etp)`` parameters per GPU (:func:`models.counting.mlp_params`), their gradients reduced and
+  optimizer states sharded over the ``edp = tp*cp*dp / (etp*ep)`` replicas of each expert.
+
+Tokens (per GPU, one micro-batch): the ``T = mb * s / cp`` tokens of a rank enter the MoE layer
+sequence-parallel, ``T_loc = T / tp`` per GPU (Megatron requires sequence parallelism with expert
+and tensor parallelism, ``arguments.py``). Each token goes to ``k`` experts; the ``etp`` GPUs of an
+expert all see its tokens, so one GPU's grouped GEMMs process ``M = etp * T_loc * k`` token rows,
+``M / (E/ep)`` per local expert, the same FLOPs per GPU as the dense count ``2 T_loc k h f_e``.
+The busiest expert rank receives ``moe_imbalance`` times the mean (1.0 under the benchmarks'
+force-balanced routing; the Megatron-MoE ModelZoo measures real routing 4-20% slower): with
+``ep > 1`` the whole layer waits for it.
+
+Grouped GEMMs: the dense GEMM roofline of :mod:`compute` (peak x the calibrated efficiency curve,
+never faster than streaming weights and activations from HBM) with the efficiency curve taken at
+the smallest of the three dimensions (tokens per expert, ``h``, ``f_e / etp``: small per-expert
+GEMMs lose efficiency) and ``grouped_gemm_eff`` of it. The HBM term carries all local experts'
+weights, so few tokens per expert make the layer memory-bound, as measured for fine-grained MoE.
+
+Router (``h x E`` GEMM, then softmax or sigmoid, top-k, fp32: ~16 B per token and expert) and
+permutation / un-permutation (gather ``T_loc`` rows into ``T_loc * k`` expert-ordered rows and
+scatter them back with the routing weights; read + write ``h`` bf16 each way) are memory-bound,
+priced at ``hbm_eff * moe_membound_eff``; the backward moves 2x the forward bytes, as for the
+other element-wise work.
+
+Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): the attention GEMMs are the five MLA
+projections (Q down ``h x q_lora`` and KV down ``h x (kv_lora + rope)``, replicated over tensor
+parallelism as in Megatron-Core's ``MLASelfAttention``; Q up, KV up and output split over ``tp``),
+replacing the ``QKV + proj`` of :func:`compute.layer_gemm_fwd_s`; the attention core uses
+``head_dim`` for ``QK^T`` and ``v_head_dim`` for ``A V``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from plan_search.hardware.spec import ClusterSpec
+from plan_search.models import counting
+from plan_search.models.spec import ModelSpec
+
+from plan_search.planner.costmodel import compute
+from plan_search.planner.costmodel.arrays import PlanArrays
+
+#: Router bytes per token and expert, forward: fp32 logits written, read by the score function
+#: and written back, read by top-k (4 x 4 B); Megatron-Core keeps router logits in fp32
+#: (``--moe-router-dtype fp32`` is its recommended setting for DeepSeek-style routers).
+ROUTER_BYTES_PER_SCORE = 16.0
+#: Permutation bytes per token row per hidden element, forward: read bf16 + write bf16 when
+#: permuting, and again when un-permuting (plus the fp32 weighted sum: 2 + 4 B per element).
+PERMUTE_BYTES = 2.0 + 2.0
+UNPERMUTE_BYTES = 2.0 + 2.0 + 4.0
+
+
+# ------------------------------------------------------------------ where the MoE layers are
+def _moe_prefix(model: ModelSpec) -> np.ndarray:
+    """``c[i]``: MoE layers among the first ``i`` layers (``c[0] = 0``)."""
+    l = model.num_layers
+    if not model.is_moe:
+        return np.zeros(l + 1, dtype=np.int64)
+    i = np.arange(l)
+    f = model.first_dense_layers
+    is_moe = (i >= f) & ((i - f) % model.moe_layer_freq == 0)
+    return np.concatenate([[0], np.cumsum(is_moe)])
+
+
+def stage_moe_layers(model: ModelSpec, x: PlanArrays) -> dict:
+    """MoE layers of the ``first`` stage, of the fullest ``middle`` stage (the last middle one:
+    the leading dense layers sit on the early stages) and of the ``last`` stage."""
+    c = _moe_prefix(model)
+    l = model.num_layers
+    first = c[np.minimum(x.first, l)]
+    last = c[l] - c[np.maximum(l - x.last, 0)]
+    lo = np.maximum(l - x.last - x.mid, 0)
+    mid = c[np.maximum(l - x.last, 0)] - c[lo]
+    single = x.pp == 1
+    first = np.where(single, c[l], first)
+    last = np.where(single, c[l], last)
+    mid = np.where(x.pp > 2, mid, first)
+    return {"first": first.astype(float), "middle": mid.astype(float), "last": last.astype(float)}
+
+
+def routed_expert_params(model: ModelSpec) -> int:
+    """Routed-expert parameters of one MoE layer (every expert), :func:`counting.mlp_params` each."""
+    if not model.is_moe:
+        return 0
+    return model.num_experts * counting.mlp_params(model, model.expert_ffn_hidden_size)
+
+
+def stage_expert_params(model: ModelSpec, x: PlanArrays, stage: str):
+    """Routed-expert parameters one GPU of a stage holds: ``moe layers x E x mlp / (ep*etp)``."""
+    n = stage_moe_layers(model, x)[stage]
+    return n * routed_expert_params(model) / (x.ep * x.etp)
+
+
+def nonexpert_layer_params(model: ModelSpec) -> float:
+    """Mean parameters of one block without its routed experts (tensor-parallel over ``tp``)."""
+    return counting.mean_layer_params(model) - model.num_moe_layers * routed_expert_params(model) / model.num_layers
+
+
+def layer_params_local(model: ModelSpec, x: PlanArrays):
+    """Mean parameters of one block on one GPU (dense part ``/tp``; experts of a MoE layer
+    ``/(ep*etp)``, weighted by the share of MoE layers)."""
+    share = model.num_moe_layers / model.num_layers
+    return nonexpert_layer_params(model) / x.tp + share * routed_expert_params(model) / (x.ep * x.etp)
+
+
+# ------------------------------------------------------------------ tokens
+def moe_tokens(x: PlanArrays):
+    """``T_loc``: tokens of one micro-batch entering a MoE layer on one GPU (sequence parallel)."""
+    return compute.tokens_per_gpu(x) / x.tp
+
+
+def imbalance(x: PlanArrays):
+    """Load factor of the busiest expert rank (1 without expert parallelism: one rank has all)."""
+    return np.where(x.ep > 1, x.moe_imb, 1.0)
+
+
+def routed_rows(model: ModelSpec, x: PlanArrays):
+    """Token rows one GPU's grouped GEMMs process per MoE layer and micro-batch (busiest rank)."""
+    return x.etp * moe_tokens(x) * model.experts_per_token * imbalance(x)
+
+
+# ------------------------------------------------------------------ compute
+def _grouped_gemm_s(rows, groups, k, n, cluster: ClusterSpec, fp8):
+    """``groups`` GEMMs sharing ``rows`` token rows, each ``(rows/groups) x k`` by ``k x n``."""
+    gpu, e = cluster.gpu, cluster.efficiency
+    per = rows / groups
+    flops = 2.0 * rows * k * n
+    eff = compute.gemm_efficiency(np.minimum(np.minimum(per, k), n), cluster) * e.grouped_gemm_eff
+    peak_bf16 = gpu.peak("bf16") * 1e12
+    peak_fp8 = gpu.peak_tflops.get("fp8", gpu.peak("bf16")) * 1e12
+    rate = np.where(fp8 == 1, peak_fp8 * e.fp8_gemm_eff_ratio, peak_bf16) * eff
+    wbytes = np.where(fp8 == 1, 1.0, 2.0)
+    traffic = groups * k * n * wbytes + rows * (k + n) * compute.BF16_BYTES
+    hbm = gpu.hbm_bandwidth_gbps * 1e9 * e.hbm_eff
+    return np.maximum(flops / np.maximum(rate, 1e-30), traffic / hbm)
+
+
+def _mlp_fwd_s(model: ModelSpec, cluster: ClusterSpec, tokens, ffn_local, fp8):
+    """A dense MLP's two (gated: three) GEMMs, the :func:`compute._gemm_s` roofline."""
+    up = (2 if model.gated else 1) * ffn_local
+    return compute._gemm_s(tokens, model.hidden_size, up, cluster, fp8) + compute._gemm_s(
+        tokens, ffn_local, model.hidden_size, cluster, fp8)
+
+
+def _act_bytes(model: ModelSpec, rows, width):
+    """Activation function bytes (read, write; gated reads two inputs), as in :mod:`compute`."""
+    return (6 if model.gated else 4) * width * rows
+
+
+def mla_attention_fwd_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
+    """MLA's attention GEMMs minus the ``QKV + proj`` that :func:`compute.layer_gemm_fwd_s`
+    prices, one layer forward (zero for other attention)."""
+    m = model
+    if getattr(m, "kv_lora_rank", None) is None:
+        return np.zeros(len(x))
+    T = compute.tokens_per_gpu(x)
+    t = x.tp.astype(float)
+    a, hd, vd, h = m.num_heads, m.head_dim, m.v_head_dim or m.head_dim, m.hidden_size
+    rope, kvr, qr = m.qk_rope_head_dim, m.kv_lora_rank, m.q_lora_rank
+    nope = m.qk_nope_head_dim
+    if qr:
+        q = compute._gemm_s(T, h, qr, cluster, x.fp8) + compute._gemm_s(T, qr, a * hd / t, cluster, x.fp8)
+    else:
+        q = compute._gemm_s(T, h, a * hd / t, cluster, x.fp8)
+    kv = compute._gemm_s(T, h, kvr + rope, cluster, x.fp8) + compute._gemm_s(T, kvr, a * (nope + vd) / t, cluster, x.fp8)
+    o = compute._gemm_s(T, a * vd / t, h, cluster, x.fp8)
+    qd, kvd = a * hd, m.num_kv_heads * hd
+    dense = compute._gemm_s(T, h, (qd + 2 * kvd) / t, cluster, x.fp8) + compute._gemm_s(T, qd / t, h, cluster, x.fp8)
+    # the attention core: A V runs at v_head_dim, not head_dim
+    core = compute.attention_fwd_s(m, cluster, x) * (vd - hd) / (2.0 * hd)
+    return q + kv + o - dense + core
+
+
+def moe_layer_times(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
+    """What one MoE layer costs *beyond* a dense layer of :func:`compute.layer_times`, one
+    micro-batch: its dense MLP removed, the router, routed experts (grouped GEMMs), shared
+    experts, permutation and un-permutation added. Seconds, forward and backward."""
+    m = model
+    T = compute.tokens_per_gpu(x)
+    t = x.tp.astype(float)
+    h = m.hidden_size
+    E, k = m.num_experts, m.experts_per_token
+    fe = m.expert_ffn_hidden_size / x.etp
+    up = (2 if m.gated else 1) * fe
+    rows = routed_rows(m, x)
+    groups = (E / x.ep).astype(float)
+    routed = _grouped_gemm_s(rows, groups, h, up, cluster, x.fp8) + _grouped_gemm_s(rows, groups, fe, h, cluster, x.fp8)
+    shared_w = m.num_shared_experts * (m.shared_expert_ffn_hidden_size or 0)
+    shared = _mlp_fwd_s(m, cluster, T, shared_w / t, x.fp8) if shared_w else 0.0
+    dense_mlp = _mlp_fwd_s(m, cluster, T, m.ffn_hidden_size / t, x.fp8)
+    Tl = moe_tokens(x)
+    router = compute._gemm_s(Tl, h, E, cluster, np.zeros_like(x.fp8))
+    eff = cluster.efficiency.moe_membound_eff
+    mem = (ROUTER_BYTES_PER_SCORE * Tl * E + (PERMUTE_BYTES + UNPERMUTE_BYTES) * Tl * k * imbalance(x) * h) / eff
+    mem = mem + _act_bytes(m, rows, fe) + (_act_bytes(m, T, shared_w / t) if shared_w else 0.0)
+    mem = mem - _act_bytes(m, T, m.ffn_hidden_size / t)
+    comp_f = routed + shared + router - dense_mlp
+    mem_f = compute.hbm_s(mem, cluster)
+    return {"compute_fwd_s": comp_f, "compute_bwd_s": 2.0 * comp_f, "membound_fwd_s": mem_f,
+            "membound_bwd_s": 2.0 * mem_f}
+
+
+# ------------------------------------------------------------------ activation memory
+def moe_activation_delta_per_layer(model: ModelSpec, x: PlanArrays):
+    """Bytes a MoE layer stores beyond a dense layer (:func:`memory.layer_activation_bytes`), one
+    micro-batch, one GPU: minus the dense MLP's stored inputs; plus the router input and fp32
+    probabilities, the permuted expert inputs (``M x h``), the expert activation inputs
+    (``M x f_e/etp``, two for gated MLPs) and down-projection inputs, the un-permutation buffer
+    (``T_loc k h``), and the shared experts' MLP inputs as a dense MLP stores them."""
+    m = model
+    T = compute.tokens_per_gpu(x)
+    t = x.tp.astype(float)
+    gemm_in = np.where(x.fp8 == 1, 1.0, 2.0)
+    f = m.ffn_hidden_size
+    dense = T * ((4.0 if m.gated else 2.0) * f + f * gemm_in) / t
+    rows = routed_rows(m, x)
+    fe = m.expert_ffn_hidden_size / x.etp
+    Tl = moe_tokens(x)
+    routed = rows * (m.hidden_size * gemm_in + (4.0 if m.gated else 2.0) * fe + fe * gemm_in)
+    router = Tl * m.num_experts * 4.0 * 2  # fp32 scores and probabilities
+    unperm = 2.0 * Tl * m.experts_per_token * imbalance(x) * m.hidden_size
+    sw = m.num_shared_experts * (m.shared_expert_ffn_hidden_size or 0)
+    shared = T * ((4.0 if m.gated else 2.0) * sw + sw * gemm_in) / t
+    return routed + router + unperm + shared - dense
+
+
+def mla_activation_delta_per_token(model: ModelSpec, x: PlanArrays):
+    """Bytes per token per layer (tensor-parallel region, before ``/tp``) MLA stores beyond the
+    ``2q + 4kv + q`` of :func:`memory.activation_bytes_per_token`: values at ``v_head_dim``;
+    plus the compressed latents, replicated over tp (``q_lora`` and ``kv_lora + rope``: the
+    inputs of the up-projections and of their norms, 2 x 2 B each). Zero without MLA."""
+    m = model
+    if getattr(m, "kv_lora_rank", None) is None:
+        return np.zeros(len(x)), np.zeros(len(x))
+    gemm_in = np.where(x.fp8 == 1, 1.0, 2.0)
+    a, hd, vd = m.num_heads, m.head_dim, m.v_head_dim or m.head_dim
+    tp_region = 2.0 * a * (vd - hd) + a * (vd - hd) * gemm_in + np.zeros(len(x))
+    latent = 4.0 * ((m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim) + np.zeros(len(x))
+    return tp_region, latent
