@@ -160,6 +160,25 @@ def block_params(m: ModelSpec, i: int) -> int:
     return moe_layer_params(m) if m.is_moe_layer(i) else dense_layer_params(m)
 
 
+def moe_layers_between(m: ModelSpec, start: int, stop: int) -> int:
+    """MoE blocks among blocks ``start .. stop-1`` (a pipeline stage's share), in O(1)."""
+    if not m.is_moe:
+        return 0
+    first, freq = m.first_dense_layers, m.moe_layer_freq
+    lo, hi = max(start, first), min(stop, m.num_layers)
+    if hi <= lo:
+        return 0
+    # MoE indices are first + j*freq: count the j with lo <= first + j*freq < hi.
+    return (hi - first + freq - 1) // freq - (lo - first + freq - 1) // freq
+
+
+def params_between(m: ModelSpec, start: int, stop: int) -> int:
+    """Parameters of blocks ``start .. stop-1`` (no embeddings, final norm or MTP)."""
+    n = max(0, min(stop, m.num_layers) - max(start, 0))
+    n_moe = moe_layers_between(m, start, stop)
+    return (n - n_moe) * dense_layer_params(m) + (n_moe * moe_layer_params(m) if n_moe else 0)
+
+
 def layer_params(m: ModelSpec) -> int:
     """Parameters of all transformer blocks together (no embeddings, no final norm, no MTP)."""
     n_moe = m.num_moe_layers

@@ -419,3 +419,13 @@ def test_qwen2_moe_shared_expert_gate_counts_h_per_layer():
     assert m.shared_expert_gate
     ungated = m.model_copy(update={"shared_expert_gate": False})
     assert c.total_params(m) - c.total_params(ungated) == m.num_moe_layers * m.hidden_size
+
+
+@pytest.mark.parametrize("name", ["llama4-maverick", "deepseek-v3", "gpt3-175b"])
+def test_stage_ranges(name):
+    m = get_model(name)
+    for start in range(0, m.num_layers, 7):
+        for stop in range(start, m.num_layers + 1, 5):
+            assert c.moe_layers_between(m, start, stop) == sum(m.is_moe_layer(i) for i in range(start, stop))
+            assert c.params_between(m, start, stop) == sum(c.block_params(m, i) for i in range(start, stop))
+    assert c.params_between(m, 0, m.num_layers) == c.layer_params(m)
