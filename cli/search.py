@@ -408,7 +408,9 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
     from plan_search.planner.search.request import Knobs, NoFeasiblePlan, SearchRequest, SearchResult
 
     if schema:
-        doc = (SearchRequest if schema == "request" else SearchResult).model_json_schema()
+        from plan_search.planner.search.request import json_schema
+
+        doc = json_schema(schema)
         click.echo(json.dumps(doc, indent=2))
         return
     data: dict = {}

@@ -94,7 +94,7 @@ def _brute_force(model, cluster, counts, gb, seq, knobs: Knobs):
                 continue
             for zero in ((0, 1, 2, 3) if dp > 1 else (0,)):
                 base = dict(num_gpus=n, tp=tp, pp=pp, cp=cp, vpp=vpp, micro_batch=mb, global_batch=gb, seq_len=seq,
-                            zero=zero, overlap_tp_comm=True, **split)
+                            zero=zero, **split)
                 try:
                     probe = Plan(**base, recompute="none")
                     probe.check_against(model)
@@ -136,7 +136,7 @@ def test_space_rejects_impossible_bounds():
     with pytest.raises(InputError, match="ep:"):
         enumerate_space(get_model("mixtral-8x7b"), c, [64], [256], 4096, Knobs(ep=[3]))
     with pytest.raises(InputError, match="FP8"):
-        enumerate_space(m, c, [64], [1536], 2048, Knobs(), precision="fp8")
+        enumerate_space(m, c, [64], [1536], 2048, Knobs(precision=["fp8"]))
 
 
 # ------------------------------------------------------------------ CP-SAT vs the oracle
@@ -277,15 +277,15 @@ def test_deterministic_across_workers_and_runs():
     def strip(res: SearchResult) -> dict:
         d = json.loads(res.model_dump_json())
         for k in list(d["stats"]):
-            if k.endswith("_s") or k == "workers":
+            if k.endswith("_s") or k == "solver_threads":
                 d["stats"].pop(k)
-        d["request"].pop("workers")
+        d["request"].pop("solver_threads")
         return d
 
     base = CASES["gpt-dense-2gpus"]
-    one = search(SearchRequest(**base, workers=1))
-    two = search(SearchRequest(**base, workers=2))
-    again = search(SearchRequest(**base, workers=2, seed=7))
+    one = search(SearchRequest(**base, solver_threads=1))
+    two = search(SearchRequest(**base, solver_threads=2))
+    again = search(SearchRequest(**base, solver_threads=2, seed=7))
     assert strip(one) == strip(two)
     d = strip(again)
     d["request"].pop("seed")

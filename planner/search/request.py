@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from plan_search.models.io import parse_token_count
 from plan_search.planner.costmodel.estimate import Estimate
+from plan_search.planner.costmodel.memory import DEFAULT_MEMORY_HEADROOM
 from plan_search.planner.costmodel.knobs import broadcast_knobs, knob_specs
 from plan_search.planner.costmodel.plan import Plan
 
@@ -65,6 +66,13 @@ def _cell(v):
 class _Doc(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data):
+        from plan_search.models.io import refuse_bools
+
+        return refuse_bools(cls, data)  # "gpus": [true] is not one GPU
+
 
 #: Largest GPU count of a plan (:class:`planner.plan.Plan` ``num_gpus``).
 MAX_GPUS = 10_000_000
@@ -94,7 +102,14 @@ def _positive_unique(values, name, limit=None, max_len=MAX_LIST):
     return sorted(set(int(v) for v in vals))
 
 
-class _EnumeratedKnobs(_Doc):
+class _Strict(_Doc):
+    """Input documents: strict types, as the JSON Schema says (``"8"`` is not a count, ``1`` or
+    ``"yes"`` is not a boolean, ``true`` is not a number)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class _EnumeratedKnobs(_Strict):
     """User bounds on the plan knobs. ``None`` means the whole default domain:
 
     - ``tp``: every divisor rule of :meth:`Plan.check_against` (heads, kv-heads, ffn), inside
@@ -231,7 +246,7 @@ def knob_combinations(knobs) -> list[dict]:
 _KNOB_NAMES = {k.name for k in knob_specs()}
 
 
-class SearchRequest(_Doc):
+class SearchRequest(_Strict):
     """A search: one model, one or more GPU types, GPU counts, batch, constraints, objective.
 
     GPU counts: ``gpus`` lists them; otherwise every multiple of ``gpus_step`` (default: the
@@ -261,8 +276,9 @@ class SearchRequest(_Doc):
     deadline_days: float | None = Field(default=None, gt=0)
     budget_usd: float | None = Field(default=None, gt=0)
     max_power_kw: float | None = Field(default=None, gt=0)
-    memory_headroom: float = Field(default=0.1, ge=0.0, lt=1.0,
-                                   description="fraction of GPU memory kept free (plan-estimate's default)")
+    memory_headroom: float = Field(default=DEFAULT_MEMORY_HEADROOM, ge=0.0, lt=1.0,
+                                   description="fraction of GPU memory kept free (plan-estimate's default; "
+                                               "why this value: planner.costmodel.memory.DEFAULT_MEMORY_HEADROOM)")
     max_comm_ratio: float | None = Field(default=None, gt=0.0, le=1.0,
                                          description="max exposed communication / step time")
     knobs: Knobs = Field(default_factory=Knobs,
@@ -492,3 +508,74 @@ class NoFeasiblePlan(Exception):
         self.capacity_gib = capacity_gib
         self.system = system
         self.alternatives = alternatives or []
+
+
+JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def _tighten(node):
+    """Integer floors as ``minimum`` (``exclusiveMinimum: 0`` on an integer reads as a float bound)."""
+    if isinstance(node, dict):
+        if node.get("type") == "integer" and node.get("exclusiveMinimum") == 0:
+            del node["exclusiveMinimum"]
+            node["minimum"] = 1
+        for v in node.values():
+            _tighten(v)
+    elif isinstance(node, list):
+        for v in node:
+            _tighten(v)
+
+
+def _array_of(schema: dict) -> dict | None:
+    for alt in schema.get("anyOf", [schema]):
+        if alt.get("type") == "array":
+            return alt
+    return None
+
+
+def json_schema(kind: str = "request") -> dict:
+    """The JSON Schema of a request or a result, with the constraints the code enforces: item
+    bounds of every list, ZeRO stages as 0-3, integer floors, a single value wherever a list
+    is taken, token counts with units, a GPU name as a string, and every plan knob accepted at
+    the top level of a request (as :meth:`SearchRequest._as_the_cli_takes_it` does)."""
+    if kind == "result":
+        doc = SearchResult.model_json_schema()
+        _tighten(doc)
+        return {"$schema": JSON_SCHEMA_DIALECT, **doc}
+    if kind != "request":
+        raise ValueError(f"schema: {kind!r}; use request or result")
+    doc = SearchRequest.model_json_schema()
+    knobs = doc["$defs"]["Knobs"]["properties"]
+    int_limits = dict(KNOB_LIMITS, first_stage_layers=10_000, last_stage_layers=10_000)
+    for name, prop in knobs.items():
+        arr = _array_of(prop)
+        if arr is None:
+            continue
+        arr.setdefault("minItems", 1)
+        arr["maxItems"] = MAX_KNOB_LIST
+        if name in int_limits:
+            arr["items"] = {"type": "integer", "minimum": 1, "maximum": int_limits[name]}
+        if name == "zero":
+            arr["items"] = {"enum": [0, 1, 2, 3]}
+        one = dict(arr["items"])
+        alts = [a for a in prop.get("anyOf", [prop]) if a is not arr] if "anyOf" in prop else []
+        rest = {k: v for k, v in prop.items() if k not in ("anyOf", "type", "items", "minItems", "maxItems")}
+        knobs[name] = {**rest, "anyOf": [one, arr, *alts]}
+    props = doc["properties"]
+    for name, limit, max_items in (("gpus", MAX_GPUS, MAX_LIST), ("global_batch", 100_000_000, MAX_KNOB_LIST)):
+        arr = _array_of(props[name])
+        arr["items"] = {"type": "integer", "minimum": 1, "maximum": limit}
+        arr["minItems"], arr["maxItems"] = 1, max_items
+    props["tokens"] = {"anyOf": [{k: v for k, v in props["tokens"].items() if k not in ("default", "description")},
+                                 {"type": "string", "pattern": r"^\s*[0-9]*\.?[0-9]+([eE][+-]?[0-9]+)?\s*[kKmMbBgGtT]?\s*$"}],
+                       "default": props["tokens"].get("default"), "description": props["tokens"].get("description")}
+    gpu = props["gpu"]
+    gpu["anyOf"] = [{"type": "string", "minLength": 1},
+                    {k: v for k, v in gpu.items() if k in ("type", "items", "minItems", "maxItems")}]
+    for k in ("type", "items", "minItems", "maxItems"):
+        gpu.pop(k, None)
+    for name, prop in knobs.items():
+        if name in _KNOB_NAMES:
+            props.setdefault(name, prop)
+    _tighten(doc)
+    return {"$schema": JSON_SCHEMA_DIALECT, **doc}
