@@ -1,5 +1,6 @@
-"""Plots: plan-search --plot and plan-sweep --plot write non-empty pictures; a clear error
-without matplotlib (the tests that draw skip when it is not installed)."""
+"""Plots: what the pictures say (the matplotlib artists: series, points, labels, units), that
+plan-search --plot and plan-sweep --plot write them, and a clear error without matplotlib (the
+tests that draw skip when it is not installed)."""
 
 from __future__ import annotations
 
@@ -28,15 +29,78 @@ def mpl():
     return pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install 'plan-search[plot]')")
 
 
-def test_front_plot_two_systems(tmp_path, mpl):
-    from plan_search.planner.plots import plot_front
+def _texts(fig) -> list[str]:
+    out = [t.get_text() for t in fig.texts]
+    for ax in fig.axes:
+        out += [ax.get_title(), ax.get_xlabel(), ax.get_ylabel()] + [t.get_text() for t in ax.texts]
+        out += [t.get_text() for t in ax.get_xticklabels()]
+        leg = ax.get_legend()
+        if leg is not None:
+            out += [t.get_text() for t in leg.get_texts()]
+    return [t for t in out if t]
+
+
+def _points(ax, label_start: str):
+    """(x, y) of the plotted points of the series whose legend label starts with label_start."""
+    out = []
+    for line in ax.get_lines():
+        if str(line.get_label()).startswith(label_start) and line.get_marker() not in (None, "None", ""):
+            out += list(zip(line.get_xdata(), line.get_ydata()))
+    return out
+
+
+def test_front_plot_days_against_dollars_one_series_per_type(tmp_path, mpl):
+    from plan_search.planner.plots import front_figure, plot_front
 
     res = search(SearchRequest(model="llama2-70b", gpu=["a100-80gb", "h100-sxm"], gpus=[64, 128, 256, 512],
                                tokens=2e12))
-    out = plot_front(res, tmp_path / "front.png")
-    assert _is_png(out)
+    assert {fp.gpu for fp in res.front} == {"h100-sxm"}  # the A100 is dominated at every count ...
+    assert {fp.gpu for fp in res.other_fronts} == {"a100-80gb"}  # ... and its own front is kept
+    fig = front_figure(res)
+    ax = fig.axes[0]
+    assert "training days" in ax.get_xlabel() and "USD" in ax.get_ylabel()
+    # one series per GPU type, the dominated one drawn with all its points, not only listed
+    h100 = _points(ax, "h100-sxm")
+    a100 = _points(ax, "a100-80gb (dominated")
+    assert len(h100) == len(res.front) and len(a100) == len(res.other_fronts) > 0
+    assert sorted(h100) == sorted((fp.days, fp.cost_usd / 1e6) for fp in res.front)  # days, $M
+    # every point labelled with its GPU count (few points)
+    labels = sorted(int(t.get_text().replace(",", "")) for t in ax.texts if t.get_text().replace(",", "").isdigit())
+    assert labels == sorted(fp.num_gpus for fp in res.front + res.other_fronts)
+    # the recommended plan marked once, where it is
+    stars = [ln for ln in ax.get_lines() if ln.get_marker() == "*" and len(ln.get_xdata())]
+    assert len(stars) == 1 and list(stars[0].get_xdata()) == [res.recommended.run.days]
+    assert sum("recommended (balanced)" in t for t in _texts(fig)) == 1
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    assert _is_png(plot_front(res, tmp_path / "front.png"))
     svg = plot_front(res, tmp_path / "front.svg")
     assert svg.read_text().lstrip().startswith("<?xml")
+
+
+def test_sweep_plot_units_and_readable_series(tmp_path, mpl):
+    """A bandwidth sweep: one panel per GPU count (the axis that moves the days most), one line
+    per HBM bandwidth in each, axes and legend named in words with units, no raw keys."""
+    from plan_search.planner.plots import sweep_figure
+
+    doc = {"base": {"model": "megatron-gpt-1.7b", "gpu": "a100-80gb", "tokens": "100B"},
+           "sweep": {"gpus": [8, 64], "gpu.hbm_bandwidth_gbps": [1555, 3000], "node.inter_node_gbps": [12.5, 50]}}
+    sw = build_sweep(doc)
+    df = run_sweep(sw, tmp_path / "bw.csv", workers=1, progress=False).frame
+    fig = sweep_figure(df, sw.axes, x="node.inter_node_gbps")
+    panels = fig.axes
+    assert len(panels) == 4  # days and dollars, for 8 and 64 GPUs
+    texts = _texts(fig)
+    assert not any("node.inter_node_gbps" in t or "hbm_bandwidth_gbps" in t for t in texts)
+    assert panels[2].get_xlabel() == "inter-node bandwidth per GPU, GB/s"
+    assert {p.get_title() for p in panels[:2]} == {"GPUs 8", "GPUs 64"}
+    legend = [t.get_text() for t in panels[0].get_legend().get_texts()]
+    assert legend == ["HBM 1,555 GB/s", "HBM 3,000 GB/s"]
+    for p in panels:  # two lines per panel, each through both bandwidths
+        drawn = [ln for ln in p.get_lines() if len(ln.get_xdata()) == 2]
+        assert len(drawn) == 2 and {tuple(ln.get_xdata()) for ln in drawn} == {(12.5, 50.0)}
+    assert "days" in panels[0].get_ylabel() and "USD" in panels[2].get_ylabel()
 
 
 def test_plan_search_plot_option(tmp_path, mpl):
