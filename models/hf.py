@@ -14,8 +14,9 @@ head_dim            head_dim, kv_channels; default hidden / heads
 ffn_hidden_size     intermediate_size, ffn_dim, n_inner, ffn_hidden_size; default 4h
 vocab_size          vocab_size, padded_vocab_size
 seq_len             rope_scaling.original_max_position_embeddings (the pre-training context of
-                    Llama 3.1-style scaled RoPE), else max_position_embeddings, n_positions,
-                    seq_length, max_sequence_length; default 2048
+                    Llama 3.1-style scaled RoPE; ``rope_parameters`` in transformers-5 dumps),
+                    else max_position_embeddings, n_positions, seq_length,
+                    max_sequence_length; default 2048
 tied_embeddings     tie_word_embeddings; default by family (HF's base default is tied, but the
                     Llama/Mistral/Qwen/NeoX/Nemotron/DeepSeek config classes default to untied)
 activation          hidden_act / activation_function / hidden_activation, gated by family:
@@ -405,7 +406,9 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
             f"{where}: word_embed_proj_dim: {short_repr(proj)} != hidden_size {hidden}; OPT's embedding projection is not modelled"
         )
 
-    rope_scaling = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), dict) else {}
+    # transformers >= 5 writes rope_parameters (rope_theta and the scaling keys) instead of rope_scaling.
+    rope_key = "rope_scaling" if isinstance(cfg.get("rope_scaling"), dict) else "rope_parameters"
+    rope_scaling = cfg.get(rope_key) if isinstance(cfg.get(rope_key), dict) else {}
     seq_key, seq = _get(
         {"original_max_position_embeddings": rope_scaling.get("original_max_position_embeddings"), **cfg},
         ("original_max_position_embeddings", "max_position_embeddings", "n_positions", "seq_length",
@@ -429,7 +432,7 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
         position = "alibi"
     elif (
         pos_type in ("rotary", "rope")
-        or _get(cfg, ("rope_theta", "rotary_pct", "rotary_emb_base", "rotary_dim", "rope_scaling"))[0]
+        or _get(cfg, ("rope_theta", "rotary_pct", "rotary_emb_base", "rotary_dim", "rope_scaling", "rope_parameters"))[0]
         or family in ROTARY_FAMILIES
     ):
         position = "rotary"

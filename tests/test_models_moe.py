@@ -429,3 +429,30 @@ def test_stage_ranges(name):
             assert c.moe_layers_between(m, start, stop) == sum(m.is_moe_layer(i) for i in range(start, stop))
             assert c.params_between(m, start, stop) == sum(c.block_params(m, i) for i in range(start, stop))
     assert c.params_between(m, 0, m.num_layers) == c.layer_params(m)
+
+
+# ---------------------------------------------------------------- exact checkpoint counts
+def test_kimi_k2_equals_its_checkpoint_inventory():
+    """The public safetensors inventory of moonshotai/Kimi-K2-Instruct (tests/data/hf/SOURCES.md)
+    totals 1,026,470,731,056 values: the parameters plus the fp8 checkpoint's 128x128 block
+    scales (weight_scale_inv, shapes as listed there) and 61 rotary inv_freq buffers of 56."""
+    attention_scales = 5 * 56 + 128 * 4 + 56 * 64 + 12 * 56 + 96 * 12  # kv_a, kv_b, o, q_a, q_b
+    dense_scales = 3 * 56 * 144
+    expert_scales = 3 * 56 * 16  # each routed or shared expert
+    extras = 61 * attention_scales + dense_scales + (60 * 384 + 60) * expert_scales + 61 * 56
+    assert c.total_params(resolve_model(HF / "kimi-k2.json")) == 1_026_470_731_056 - extras
+
+
+def test_deepseek_v2_lite_equals_its_checkpoint_inventory():
+    """Public safetensors inventory of deepseek-ai/DeepSeek-V2-Lite (bf16): 15,706,484,224."""
+    assert c.total_params(get_model("deepseek-v2-lite")) == 15_706_484_224
+
+
+def test_transformers5_config_dump_reads_the_same():
+    """transformers >= 5 writes rope_parameters for rope_scaling and head_dim = qk_rope_head_dim
+    for MLA models (a public dump of DeepSeek-V2-Lite's config): the spec is the same."""
+    cfg = json.loads((HF / "deepseek-v2-lite.json").read_text())
+    v5 = {k: v for k, v in cfg.items() if k not in ("rope_scaling", "rope_theta")}
+    v5.update(head_dim=64, rope_parameters={**cfg["rope_scaling"], "rope_theta": 10000, "rope_type": "yarn"},
+              transformers_version="5.7.0")
+    assert shape(from_hf_config(v5, "deepseek-v2-lite")) == shape(from_hf_config(cfg, "deepseek-v2-lite"))
