@@ -12,7 +12,6 @@ pool cannot run every job and ``--allow-unscheduled`` is not given).
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
 
 import click
@@ -22,23 +21,12 @@ from plan_search import __version__
 from plan_search.cli.common import guarded, Infeasible, OneLineCommand, short_days, short_money
 
 WIDTH = 80
-MAX_STDIN_BYTES = 4 * 1024 * 1024
 
 
 def _read(path: str, what: str) -> dict:
-    from plan_search.models.io import InputError, load_document, parse_document
+    from plan_search.models.io import read_document
 
-    if path == "-":
-        raw = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1) if hasattr(sys.stdin, "buffer") else \
-            sys.stdin.read(MAX_STDIN_BYTES + 1).encode()
-        if len(raw) > MAX_STDIN_BYTES:
-            raise InputError(f"{what}: stdin is larger than {MAX_STDIN_BYTES} bytes")
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise InputError(f"{what}: stdin is not UTF-8 text") from None
-        return parse_document(text, f"{what} <stdin>")
-    return load_document(path, what)
+    return read_document(path, what)
 
 
 def _validate(cls, data: dict, what: str):

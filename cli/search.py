@@ -415,15 +415,9 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
         return
     data: dict = {}
     if request_file:
-        from plan_search.models.io import InputError, load_document, load_stream
+        from plan_search.models.io import read_document
 
-        if request_file == "-":  # same size bound as a file, read without reading past it
-            stdin = getattr(sys.stdin, "buffer", None)
-            if stdin is None:
-                raise InputError("request: -: there is no standard input to read")
-            data = dict(load_stream(stdin, "request"))
-        else:
-            data = dict(load_document(request_file, "request"))
+        data = dict(read_document(request_file, "request"))
     from plan_search.models.io import InputError, short_repr
 
     for key, kind, what in (("knobs", dict, "a mapping of knob bounds"), ("sets", list, "a list of KEY=VALUE strings")):

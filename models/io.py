@@ -116,6 +116,60 @@ def closest(key: str, candidates, n: int = 3) -> list[str]:
     return out[:n]
 
 
+def _admits_bool(value: Any, tp: Any) -> bool:
+    """Whether ``value`` may hold a boolean where the annotation ``tp`` is: a boolean is taken
+    only where ``bool`` (or ``Any``, a bare ``dict``/``list``) is part of the type."""
+    import types
+    import typing
+
+    from pydantic import BaseModel
+
+    if tp is Any or tp is bool or tp is object:
+        return True
+    if tp is None or tp is type(None):
+        return False
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Annotated:
+        return _admits_bool(value, args[0])
+    if origin in (typing.Union, types.UnionType):
+        return any(_admits_bool(value, a) for a in args)
+    if origin is typing.Literal:
+        return not isinstance(value, bool) or any(isinstance(a, bool) for a in args)
+    if origin in (list, tuple, set, frozenset) or tp in (list, tuple, set, frozenset):
+        if isinstance(value, bool):
+            return False
+        if isinstance(value, (list, tuple)) and args:
+            inner = args[0]
+            return all(_admits_bool(v, inner) for v in value)
+        return True
+    if origin is dict or tp is dict:
+        if isinstance(value, bool):
+            return False
+        if isinstance(value, dict) and len(args) == 2:
+            return all(_admits_bool(v, args[1]) for v in value.values())
+        return True
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return not isinstance(value, bool)
+    if tp in (int, float, str):
+        return not isinstance(value, bool)
+    return True
+
+
+def refuse_bools(cls, data: Any) -> Any:
+    """A ``model_validator(mode="before")`` body: refuse a boolean given for a number (``"gpus":
+    [true]`` is not one GPU; pydantic's lax mode would take True as 1) in every field of
+    ``cls``, so the CLI, JSON documents and the Python API refuse it alike."""
+    if isinstance(data, dict):
+        for name, value in data.items():
+            f = cls.model_fields.get(name) if isinstance(name, str) else None
+            if f is None or not isinstance(value, (bool, list, tuple, dict)):
+                continue
+            if not _admits_bool(value, f.annotation):
+                raise ValueError(f"{name}: {short_repr(value)} holds a boolean (true/false) where a number or "
+                                 "text is expected")
+    return data
+
+
 def validation_message(exc: ValidationError, where: str = "") -> str:
     """First error of a pydantic ValidationError as ``where: field.path: message``."""
     err = exc.errors()[0]
@@ -178,6 +232,24 @@ def load_stream(stream: BinaryIO, what: str = "document", name: str = "stdin") -
     """:func:`load_document` for an open binary stream (``--request -``): the same size bound,
     read without reading past it."""
     return parse_document(_decode(_read_bounded(stream, what, name), what, name), f"{what} {name}")
+
+
+def read_document(path: str | Path, what: str = "document") -> dict[str, Any]:
+    """A document from a file, or from standard input when ``path`` is ``-`` (the same size
+    bound, a UTF-8 byte-order mark dropped, a closed or missing stdin one clear line)."""
+    if str(path) != "-":
+        return load_document(path, what)
+    import sys
+
+    stdin = getattr(sys.stdin, "buffer", None)
+    if stdin is None or getattr(sys.stdin, "closed", False):
+        raise InputError(f"{what}: -: there is no standard input to read")
+    try:
+        return load_stream(stdin, what)
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(f"{what}: -: standard input cannot be read ({type(exc).__name__})") from None
 
 
 #: Most values a YAML document may stand for once its aliases are expanded (each container and

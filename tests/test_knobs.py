@@ -138,3 +138,22 @@ def test_search_takes_keywords_a_dict_or_a_request():
     assert a.recommended.step_time_s == b.recommended.step_time_s == c.recommended.step_time_s
     with pytest.raises(Exception, match="tp"):
         plan_search.search(**kw, tp="eight")
+
+
+def test_standard_input_with_a_byte_order_mark_is_read_by_every_command(tmp_path):
+    """One document reader (models.io.read_document) serves plan-search and plan-allocate: a
+    UTF-8 byte-order mark on stdin is dropped in both (plan-allocate used to refuse it)."""
+    from plan_search.cli.allocate import main as allocate_main
+
+    bom = "\ufeff"
+    req = json.dumps({"model": "llama3.1-8b", "gpu": "h100-sxm", "gpus": [8], "tokens": "1B", "objective": "fastest"})
+    r = CliRunner().invoke(search_main, ["--request", "-"], input=(bom + req).encode("utf-8"))
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["front"][0]["num_gpus"] == 8
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(json.dumps({"free": {"h100-sxm": 16}}))
+    jobs = json.dumps({"jobs": [{"name": "a", "model": "llama3.1-8b", "tokens": "1B"}]})
+    r = CliRunner().invoke(allocate_main, ["--pool", str(pool), "--jobs", "-", "--format", "json"],
+                           input=(bom + jobs).encode("utf-8"))
+    assert r.exit_code == 0, r.output
+    assert [a["job"] for a in json.loads(r.output)["assignments"]] == ["a"]
