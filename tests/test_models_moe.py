@@ -456,3 +456,8 @@ def test_transformers5_config_dump_reads_the_same():
     v5.update(head_dim=64, rope_parameters={**cfg["rope_scaling"], "rope_theta": 10000, "rope_type": "yarn"},
               transformers_version="5.7.0")
     assert shape(from_hf_config(v5, "deepseek-v2-lite")) == shape(from_hf_config(cfg, "deepseek-v2-lite"))
+    # Qwen3-MoE dumps spell num_experts as num_local_experts (public transformers-5.7 dump of Qwen3-235B-A22B-2507).
+    q = json.loads((HF / "qwen3-235b-a22b.json").read_text())
+    q5 = {k: v for k, v in q.items() if k not in ("num_experts", "rope_scaling", "rope_theta")}
+    q5.update(num_local_experts=128, rope_parameters={"rope_theta": 5000000, "rope_type": "default"})
+    assert shape(from_hf_config(q5, "q")) == shape(from_hf_config(q, "q"))
