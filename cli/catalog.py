@@ -39,16 +39,21 @@ def _clip(text: str, width: int = SOURCE_WIDTH) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+#: Terminal width the tables fit in (columns two spaces apart, one when two do not fit).
+WIDTH = 80
+
+
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    gap = "  " if sum(widths) + 2 * (len(widths) - 1) <= WIDTH else " "
 
     def line(cells: Sequence[str]) -> str:
         out = []
         for i, c in enumerate(cells):
             out.append(c.rjust(widths[i]) if i in right else c.ljust(widths[i]))
-        return "  ".join(out).rstrip()
+        return gap.join(out).rstrip()
 
-    sep = "  ".join("-" * w for w in widths)
+    sep = gap.join("-" * w for w in widths)
     return "\n".join([line(headers), sep, *(line(r) for r in rows)])
 
 
@@ -133,7 +138,7 @@ def models_cmd(fmt: str) -> None:
     if fmt.lower() == "json":
         _echo_json(records)
         return
-    headers = ["name", "params B", "active B", "layers", "hidden", "heads/kv", "vocab", "seq", "source"]
+    headers = ["name", "params B", "active B", "layers", "hidden", "heads/kv", "vocab", "seq"]
     rows = [
         [
             r["name"],
@@ -144,11 +149,11 @@ def models_cmd(fmt: str) -> None:
             f"{r['num_heads']}/{r['num_kv_heads']}",
             str(r["vocab_size"]),
             str(r["seq_len"]),
-            _clip(r["source"]),
         ]
         for r in records
     ]
     click.echo(_table(headers, rows, right=range(1, 8)))
+    click.echo("params B: billions (active: per token, MoE); sources: plan-catalog show NAME.")
 
 
 @main.command("gpus")
@@ -162,26 +167,30 @@ def gpus_cmd(fmt: str) -> None:
     if fmt.lower() == "json":
         _echo_json(records)
         return
-    headers = ["name", "mem GiB", "HBM GB/s", "bf16 TF", "fp8 TF", "intra link", "GB/s", "domain",
-               "inter GB/s", "$/GPU-h", "source"]
+    headers = ["name", "GiB", "HBM", "bf16", "fp8", "link", "intra", "domain", "inter", "$/h"]
     rows = [
         [
             r["name"],
             _num(r["memory_gib"]),
             _num(r["hbm_bandwidth_gbps"]),
-            _num(r["bf16_tflops"]) if r["bf16_tflops"] is not None else f"{_num(r['fp16_tflops'])} (fp16)",
+            _num(r["bf16_tflops"]) if r["bf16_tflops"] is not None else f"{_num(r['fp16_tflops'])}*",
             _num(r["fp8_tflops"]),
-            r["intra_link"],
+            {"infinity_fabric": "xgmi"}.get(r["intra_link"], r["intra_link"]),
             _num(r["intra_node_gbps"]),
             str(r["intra_domain_size"]),
             _num(r["inter_node_gbps"]),
             _num(r["price_per_gpu_hour_usd"], 2),
-            _clip(r["source"]),
         ]
         for r in records
     ]
     click.echo(_table(headers, rows, right=(1, 2, 3, 4, 6, 7, 8, 9)))
-    click.echo("GB/s: per GPU per direction; TF: dense peak TFLOP/s; domain: GPUs on the intra link.")
+    notes = ("GiB: memory; HBM, intra (link inside the node, shared by domain GPUs) and inter (NIC): GB/s per "
+             "GPU per direction; bf16, fp8: dense peak TFLOP/s" +
+             ("; * fp16 (no bf16)" if any(r["bf16_tflops"] is None for r in records) else "") +
+             "; xgmi: AMD Infinity Fabric; $/h: per GPU-hour; sources: plan-catalog show NAME, or --format json.")
+    import textwrap
+
+    click.echo("\n".join(textwrap.wrap(notes, width=WIDTH)))
 
 
 @main.command("show")

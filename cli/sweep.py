@@ -30,29 +30,66 @@ def _cell(v) -> str:
     return str(v)
 
 
-def format_summary(df, axes) -> str:
-    """One line per scenario: its parameters and its recommended plan (or why none)."""
-    head = ["#"] + list(axes) + ["GPUs", "system", "tp", "pp", "dp", "cp", "v", "mb", "z", "rc", "days", "$",
-                                 "MFU", "bottleneck"]
-    rows = []
-    for _, g in df.groupby("scenario", sort=True):
+def format_summary(df, axes, width: int = 80) -> str:
+    """One line per scenario: its parameters and its recommended plan (or why none), within
+    ``width`` columns: axes under short headers (named with their keys and units below the
+    table), the GPU count and system only when they are not an axis or constant, and the least
+    telling plan columns dropped when the row would not fit."""
+    from plan_search.planner.plots import axis_names
+
+    axes = list(axes)
+    scen = [g for _, g in df.groupby("scenario", sort=True)]
+    recs = []
+    for g in scen:
         first = g.iloc[0]
-        cells = [str(first["scenario"])] + [_cell(first[a]) for a in axes]
-        if first["status"] != "ok":
-            cells.append(f"{first['status']}: {_cell(first['reason'])}")
-            rows.append(cells)
-            continue
-        r = g[g["recommended"] == True].iloc[0]  # noqa: E712  (nullable booleans)
-        rc = {"none": "none", "selective": "sel", "full": "full"}.get(str(r["recompute"]), str(r["recompute"]))
-        if rc == "full" and _cell(r["recompute_layers"]) != "-":
-            rc = f"f{r['recompute_layers']}"
-        cells += [str(r["num_gpus"]), str(r["system"]), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["cp"]),
-                  str(r["vpp"]), str(r["micro_batch"]), str(r["zero"]), rc, short_days(float(r["days"])),
-                  short_money(float(r["cost_usd"])), f"{100 * float(r['mfu']):.1f}", str(r["bottleneck"])]
-        rows.append(cells)
+        r = g[g["recommended"] == True] if first["status"] == "ok" else g.iloc[0:0]  # noqa: E712
+        recs.append((first, r.iloc[0] if len(r) else None))
+    ok = [r for _, r in recs if r is not None]
+    systems = {str(r["system"]) for r in ok}
+    show_sys = len(systems) > 1 and "gpu" not in axes
+    same_gpus = "gpus" in axes and all(_cell(f["gpus"]) == str(r["num_gpus"]) for f, r in recs if r is not None)
+    cols: list[tuple[str, object]] = [("#", lambda f, r: str(f["scenario"]))]
+    heads = {}
+    for a in axes:
+        label, short, unit = axis_names(a)
+        heads[a] = short
+        cols.append((short, lambda f, r, a=a: _cell(f[a])))
+    if not same_gpus:
+        cols.append(("GPUs", lambda f, r: str(r["num_gpus"])))
+    if show_sys:
+        cols.append(("system", lambda f, r: str(r["system"])))
+
+    def rc(r):
+        v = {"none": "none", "selective": "sel", "full": "full"}.get(str(r["recompute"]), str(r["recompute"]))
+        return f"f{r['recompute_layers']}" if v == "full" and _cell(r["recompute_layers"]) != "-" else v
+
+    cols += [("tp", lambda f, r: str(r["tp"])), ("pp", lambda f, r: str(r["pp"])), ("dp", lambda f, r: str(r["dp"])),
+             ("cp", lambda f, r: str(r["cp"])), ("v", lambda f, r: str(r["vpp"])),
+             ("mb", lambda f, r: str(r["micro_batch"])), ("z", lambda f, r: str(r["zero"])), ("rc", lambda f, r: rc(r)),
+             ("days", lambda f, r: short_days(float(r["days"]))), ("$", lambda f, r: short_money(float(r["cost_usd"]))),
+             ("MFU", lambda f, r: f"{100 * float(r['mfu']):.0f}%"), ("bottleneck", lambda f, r: str(r["bottleneck"]))]
+    n_axes = len(axes) + 1
+    rows = []
+    for f, r in recs:
+        if r is None:
+            rows.append([c(f, None) for _, c in cols[:n_axes]] + [f"{f['status']}: {_cell(f['reason'])}"])
+        else:
+            rows.append([c(f, r) for _, c in cols])
+    head = [h for h, _ in cols]
+    dropped = []
+    for drop in ("mb", "v", "bottleneck", "cp", "z"):
+        widths = [max([len(head[i])] + [len(r[i]) for r in rows if len(r) == len(head)]) for i in range(len(head))]
+        if sum(widths) + len(widths) - 1 <= width:
+            break
+        j = head.index(drop)
+        dropped.append(drop)
+        head.pop(j)
+        for r in rows:
+            if len(r) > n_axes + 1 or (len(r) > j and len(r) == len(head) + 1):
+                r.pop(j)
     n = len(head)
-    # an infeasible scenario's row is its parameters and a status: only those cells count for widths
     widths = [max([len(head[i])] + [len(r[i]) for r in rows if len(r) == n or i < len(r) - 1]) for i in range(n)]
+
     def numeric(i):
         try:
             [float(r[i]) for r in rows if len(r) > i and r[i] != "-"]
@@ -60,7 +97,9 @@ def format_summary(df, axes) -> str:
         except ValueError:
             return False
 
-    left = {len(axes) + 2, n - 1} | {i for i in range(1, len(axes) + 1) if not numeric(i)}
+    left = ({head.index("system")} if "system" in head else set()) | \
+        ({head.index("bottleneck")} if "bottleneck" in head else set()) | \
+        {i for i in range(1, n_axes) if not numeric(i)}
 
     def fmt(cells):
         if len(cells) < n:  # an infeasible scenario: its parameters, then the status
@@ -70,6 +109,19 @@ def format_summary(df, axes) -> str:
 
     lines = [fmt(head), " ".join("-" * w for w in widths)]
     lines += [fmt(r) for r in rows]
+    notes = [f"{heads[a]}: {a}" + (f", {axis_names(a)[2]}" if axis_names(a)[2] else "") for a in axes
+             if heads[a].lower() != a.lower()]
+    if not show_sys and len(systems) == 1 and "gpu" not in axes:
+        notes.append(f"system {next(iter(systems))}")
+    if same_gpus:
+        notes.append("each scenario's plan uses its GPUs")
+    if "bottleneck" in dropped and ok:
+        kinds = sorted({str(r["bottleneck"]) for r in ok})
+        notes.append("bottleneck " + ", ".join(kinds))
+    if notes:
+        import textwrap
+
+        lines += textwrap.wrap("; ".join(notes), width=width, subsequent_indent="  ")
     return "\n".join(lines)
 
 
@@ -143,9 +195,13 @@ def main(sweep_file, output, fmt, executor, workers, ray_address, plot_file, plo
                    "short, rows missing or unreadable) were dropped and run again", err=True)
     if summary and len(run.frame):
         click.echo(format_summary(run.frame, sweep.axes))
-    click.echo(f"wrote {run.output}: {len(run.frame)} rows, {done} of {run.scenarios} scenarios "
-               f"({c.get('ok', 0)} feasible, {c.get('infeasible', 0)} infeasible, {c.get('error', 0)} errors); "
-               f"ran {run.ran}, resumed {run.resumed}; {run.elapsed_s:.1f} s")
+    import textwrap
+
+    click.echo("\n".join(textwrap.wrap(
+        f"wrote {run.output}: {len(run.frame)} rows, {done} of {run.scenarios} scenarios "
+        f"({c.get('ok', 0)} feasible, {c.get('infeasible', 0)} infeasible, {c.get('error', 0)} errors); "
+        f"ran {run.ran}, resumed {run.resumed}; {run.elapsed_s:.1f} s", width=80, subsequent_indent="  ",
+        break_long_words=False, break_on_hyphens=False)))
     if c.get("error"):
         df = run.frame
         for _, r in df[df["status"] == "error"].drop_duplicates("scenario").head(5).iterrows():

@@ -49,8 +49,9 @@ def test_gpus_table_shows_real_figures(run):
     assert "nvswitch" in a100 and "300" in a100 and "25" in a100 and "1.75" in a100
     h100 = _row(r.output, "h100-sxm")
     assert "989.4" in h100 and "1978.9" in h100 and "450" in h100 and "50" in h100
-    assert "125 (fp16)" in r.output  # V100 has no bf16
-    assert "per GPU per direction" in r.output
+    assert "125*" in _row(r.output, "v100-32gb") and "* fp16 (no" in r.output  # V100 has no bf16
+    assert "GB/s per" in r.output and "GPU per direction" in r.output
+    assert max(len(x) for x in r.output.splitlines()) <= 80  # fits a terminal
 
 
 def test_gpus_json(run):
@@ -71,6 +72,7 @@ def test_models_table_shows_real_figures(run):
     assert row[1] == "174.6"  # total_params in billions
     assert row[3:6] == ["96", "12288", "96/96"]
     assert all(_row(r.output, name) for name in load_models())
+    assert max(len(x) for x in r.output.splitlines()) <= 80
 
 
 def test_models_table_moe_active_params(run):
