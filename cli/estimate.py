@@ -57,6 +57,8 @@ def _plan_line(p) -> str:
         "FA" if p.flash_attention else "no-FA",
         p.precision,
     ]
+    if p.ep * p.etp > 1:  # mixture of experts: the expert layout and its dispatcher
+        parts += [f"ep{p.ep}", f"etp{p.etp}", p.moe_dispatcher] + (["a2a-overlap"] if p.moe_overlap else [])
     return " ".join(parts)
 
 
@@ -152,6 +154,7 @@ TIME_ROWS = (
     ("TP comm (exposed)", "tp_comm_s"),
     ("CP comm (exposed)", "cp_comm_s"),
     ("PP comm (exposed)", "pp_comm_s"),
+    ("EP all-to-all (exposed)", "ep_comm_s"),
     ("pipeline bubble", "bubble_s"),
     ("DP comm (exposed)", "dp_comm_s"),
     ("optimizer", "optimizer_s"),

@@ -134,7 +134,7 @@ def _plan_line(p) -> str:
         split = f"; uneven stages: first {p.first_stage_layers}, last {p.last_stage_layers} layers"
     return (f"tp{p.tp} pp{p.pp} dp{p.dp} cp{p.cp} vpp{p.vpp} mb{p.micro_batch} gb{p.global_batch} "
             f"(grad-accum {p.grad_accum}) zero{p.zero} {rc} {'SP' if p.sequence_parallel else 'no-SP'} "
-            f"{p.precision}{split}")
+            f"{p.precision}{split}" + (f" ep{p.ep} etp{p.etp} {p.moe_dispatcher}" if p.ep * p.etp > 1 else ""))
 
 
 #: Names of the landmarks in the table's last column (SearchResult.landmarks).
@@ -282,6 +282,7 @@ def _recommended(res) -> list[str]:
     step = e.step_time_s or 1.0
     trows = [("compute", t.compute_s), ("memory-bound", t.memory_bound_s), ("recompute", t.recompute_s),
              ("TP comm", t.tp_comm_s), ("CP comm", t.cp_comm_s), ("PP comm", t.pp_comm_s),
+             ("EP all-to-all", t.ep_comm_s),
              ("bubble", t.bubble_s), ("DP comm", t.dp_comm_s), ("optimizer", t.optimizer_s),
              ("overhead", t.overhead_s)]
     mrows = [("weights", m.weights_gib), ("gradients", m.gradients_gib), ("optimizer", m.optimizer_gib),
