@@ -102,3 +102,102 @@ def test_zero3_group_spanning_two_racks_is_hierarchical_not_a_flat_nic_ring():
     # and a ZeRO-3 group of 64 inside one rack is cheaper still (NVLink only)
     one_rack = _est(GB200, **dict(plan, num_gpus=64, tp=1, global_batch=64))
     assert one_rack.bottleneck != "nic"
+
+
+# ------------------------------------------------------------------ precision recipes
+
+LOWP = ["fp8-delayed", "fp8-current", "mxfp8", "nvfp4"]
+PEAK_KEY = {"fp8-delayed": "fp8", "fp8-current": "fp8", "mxfp8": "fp8", "nvfp4": "fp4"}
+
+
+@pytest.mark.parametrize("gpu", ["h100-sxm", "b200", "b300", "gb200-nvl72", "gb300-nvl72"])
+@pytest.mark.parametrize("model, plan", [
+    ("llama3.1-8b", dict(num_gpus=8, tp=1, global_batch=64, micro_batch=2, recompute="none")),
+    ("llama3.1-70b", dict(num_gpus=64, tp=8, global_batch=128, micro_batch=1, recompute="full")),
+    ("llama3.1-70b", dict(num_gpus=32, tp=4, cp=2, global_batch=64, seq_len=16384, recompute="selective")),
+])
+def test_lower_precision_never_beats_its_gemm_share(gpu, model, plan):
+    """Amdahl: a recipe speeds up only the GEMMs, by at most its peak over the bf16 peak, so the
+    step can shrink by at most (bf16 compute + recompute) x (1 - bf16 peak / recipe peak); the
+    casts make the memory-bound part grow; and on a compute-bound plan it does speed up."""
+    cluster = get_cluster(gpu)
+    plan = dict(plan, seq_len=plan.get("seq_len", 8192))
+    base = ps.estimate(model, cluster, dict(plan, precision="bf16"))
+    gemm_s = base.time.compute_s + base.time.recompute_s
+    for prec in LOWP:
+        if prec in ("mxfp8", "nvfp4") and not cluster.gpu.block_scaling:
+            continue
+        low = ps.estimate(model, cluster, dict(plan, precision=prec, bf16_layers=0))
+        r = cluster.gpu.peak_tflops[PEAK_KEY[prec]] / cluster.gpu.peak("bf16")
+        assert low.step_time_s >= base.step_time_s - gemm_s * (1 - 1 / r) - 1e-9, prec
+        assert low.step_time_s < base.step_time_s, prec
+        assert low.time.memory_bound_s > base.time.memory_bound_s, prec  # quantization casts
+
+
+def test_recipe_costs_are_ordered_as_their_work():
+    """Same plan on B200: current scaling reads each tensor once more than delayed (more
+    memory-bound time); NVFP4 GEMMs at the FP4 peak beat FP8 ones; bf16 layers cost time; the
+    spelling fp8 is fp8-delayed."""
+    plan = dict(num_gpus=8, tp=1, global_batch=64, micro_batch=2, recompute="none", seq_len=8192)
+    e = {p: ps.estimate("llama3.1-8b", "b200", dict(plan, precision=p, bf16_layers=0))
+         for p in ("fp8-delayed", "fp8-current", "mxfp8", "nvfp4")}
+    assert ps.estimate("llama3.1-8b", "b200", dict(plan, precision="fp8")).step_time_s == e["fp8-delayed"].step_time_s
+    assert e["fp8-current"].time.memory_bound_s > e["fp8-delayed"].time.memory_bound_s
+    assert e["nvfp4"].time.compute_s < e["mxfp8"].time.compute_s == pytest.approx(e["fp8-delayed"].time.compute_s)
+    default_nvfp4 = ps.estimate("llama3.1-8b", "b200", dict(plan, precision="nvfp4"))  # 15% of 32 -> 5 layers bf16
+    assert default_nvfp4.time.compute_s > e["nvfp4"].time.compute_s
+    cur_default = ps.estimate("llama3.1-8b", "b200", dict(plan, precision="fp8-current"))  # first + last bf16
+    assert cur_default.time.compute_s > e["fp8-current"].time.compute_s
+    # the attention core stays bf16: with a long sequence the attention share does not shrink
+    bf = ps.estimate("llama3.1-8b", "b200", dict(plan, precision="bf16"))
+    assert e["nvfp4"].time.compute_s > 0.25 * bf.time.compute_s
+
+
+def test_low_precision_weight_copies_in_memory():
+    """The quantized weight copies: per-tensor FP8 with fp8 params replaces the bf16 weights
+    (Hopper keeps a transpose: same bytes; Blackwell: no transpose, fewer); MXFP8 keeps row- and
+    column-wise copies; NVFP4 keeps bf16 weights beside its copies; lowp_params off adds them."""
+    plan = dict(num_gpus=8, tp=8, global_batch=8, recompute="full", seq_len=4096)
+    w = lambda gpu, **kw: ps.estimate("llama3.1-70b", gpu, dict(plan, **kw)).memory.weights_gib  # noqa: E731
+    assert w("h100-sxm", precision="fp8") == pytest.approx(w("h100-sxm", precision="bf16"))
+    assert w("h100-sxm", precision="fp8", lowp_params=False) == pytest.approx(2 * w("h100-sxm", precision="bf16"), rel=0.01)
+    b_bf16 = w("b200", precision="bf16")
+    assert w("b200", precision="fp8") == pytest.approx(0.5 * b_bf16, rel=0.01)
+    assert w("b200", precision="mxfp8", bf16_layers=0) == pytest.approx(b_bf16 * (1 + 1 / 32), rel=0.01)
+    assert w("b200", precision="nvfp4", bf16_layers=0) == pytest.approx(b_bf16 * (1 + 1.125 / 2), rel=0.01)
+
+
+@pytest.mark.parametrize("gpu, precision", [("h100-sxm", "nvfp4"), ("h100-sxm", "mxfp8"), ("a100-80gb", "fp8"),
+                                             ("h200", "nvfp4"), ("mi300x", "mxfp8")])
+def test_precision_the_gpu_lacks_is_refused_naming_the_gpus_that_have_it(gpu, precision):
+    plan = dict(num_gpus=8, tp=8, global_batch=8, seq_len=4096, precision=precision)
+    with pytest.raises(InputError) as exc:
+        ps.estimate("llama3.1-70b", gpu, plan)
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith(f"precision: {gpu}") and precision in msg
+    have = msg.split("GPUs with it: ")[1].split(";")[0].split(", ")
+    if precision == "fp8":
+        assert {"h100-sxm", "h200", "h800", "b200", "gb300-nvl72", "mi300x"} <= set(have)
+    else:
+        assert have == ["b200", "b300", "gb200-nvl72", "gb300-nvl72"]
+
+
+def test_precision_refusal_through_search_and_cli():
+    from click.testing import CliRunner
+
+    from plan_search.cli.estimate import main as estimate_cli
+
+    with pytest.raises(InputError, match=r"precision: h100-sxm .*GPUs with it: b200, b300, gb200-nvl72, gb300-nvl72"):
+        ps.search(model="llama3.1-8b", gpu="h100", gpus=[8], global_batch=[64], seq_len=4096, precision="nvfp4")
+    r = CliRunner().invoke(estimate_cli, ["--model", "llama3.1-70b", "--gpu", "h100", "--num-gpus", "8", "--tp", "8",
+                                          "--global-batch", "8", "--seq-len", "4096", "--precision", "mxfp8"])
+    assert r.exit_code != 0 and "GPUs with it: b200, b300, gb200-nvl72, gb300-nvl72" in r.output
+    assert r.output.strip().count("\n") == 0
+
+
+def test_bf16_layers_rules():
+    with pytest.raises(ValueError, match="bf16_layers: precision fp8 .*delayed scaling"):
+        ps.Plan(num_gpus=8, global_batch=8, seq_len=4096, precision="fp8", bf16_layers=2)
+    with pytest.raises(InputError, match="bf16_layers: 99 exceeds num_layers 32"):
+        ps.estimate("llama3.1-8b", "b200", dict(num_gpus=8, global_batch=8, seq_len=4096, precision="nvfp4",
+                                                bf16_layers=99))

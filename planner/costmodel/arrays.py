@@ -11,6 +11,7 @@ from typing import Iterable
 
 import numpy as np
 
+from plan_search.planner.costmodel.plan import bf16_layers_of
 from plan_search.planner.costmodel.plan import DISPATCHER_CODES, PRECISION_CODES, RECOMPUTE_CODES, Plan
 
 
@@ -18,7 +19,9 @@ from plan_search.planner.costmodel.plan import DISPATCHER_CODES, PRECISION_CODES
 class PlanArrays:
     """Struct of arrays; field meanings as in :class:`planner.plan.Plan`.
 
-    ``recompute`` is coded 0 none, 1 selective, 2 full; ``fp8`` is 1 for fp8 GEMMs;
+    ``recompute`` is coded 0 none, 1 selective, 2 full; ``fp8`` is the GEMM precision recipe
+    (``plan.PRECISION_CODES``: 0 bf16/fp16, 1 fp8 delayed, 2 fp8 current, 3 mxfp8, 4 nvfp4;
+    nonzero = low-precision GEMMs), ``bf16_frac`` the share of layers kept in bf16;
     ``ep``/``etp`` the expert-parallel degrees, ``moe_disp`` the token dispatcher (0 alltoall,
     1 allgather, 2 flex), ``moe_ovl`` dispatch overlap on, ``moe_imb`` the routing imbalance;
     ``rc_layers`` caps the fully recomputed layers per stage (``num_layers`` when every layer is
@@ -52,6 +55,8 @@ class PlanArrays:
     moe_disp: np.ndarray  # DISPATCHER_CODES
     moe_ovl: np.ndarray
     moe_imb: np.ndarray  # float
+    bf16_frac: np.ndarray  # float: share of transformer layers whose GEMMs stay bf16 (Plan.bf16_layers)
+    lowp_params: np.ndarray  # bool: Plan.lowp_params
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -82,12 +87,14 @@ class PlanArrays:
                 ovl_grad=p.overlap_grad_reduce, ovl_param=p.overlap_param_gather,
                 ovl_tp=p.overlap_tp_comm, first=f, mid=mid, last=la, ep=p.ep, etp=p.etp,
                 moe_disp=DISPATCHER_CODES[p.moe_dispatcher], moe_ovl=p.moe_overlap, moe_imb=p.moe_imbalance,
+                bf16_frac=bf16_layers_of(p.precision, p.bf16_layers, num_layers) / max(num_layers, 1),
+                lowp_params=p.lowp_params,
             )
             for k, v in vals.items():
                 cols[k].append(v)
         out = {}
         for k, v in cols.items():
-            dtype = bool if k in ("sp", "fa", "fp32_grads", "ovl_grad", "ovl_param", "ovl_tp", "moe_ovl") else np.int64
-            dtype = float if k == "moe_imb" else dtype
+            dtype = bool if k in ("sp", "fa", "fp32_grads", "ovl_grad", "ovl_param", "ovl_tp", "moe_ovl", "lowp_params") else np.int64
+            dtype = float if k in ("moe_imb", "bf16_frac") else dtype
             out[k] = np.asarray(v, dtype=dtype)
         return PlanArrays(**out)

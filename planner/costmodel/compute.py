@@ -12,6 +12,15 @@
   parallelism the norm/residual/dropout region is split over ``tp`` (Korthikanti et al. 2022).
 - Backward = 2 x forward for GEMMs and element-wise work; FlashAttention's backward does 2.5 x its
   forward matrix work (it recomputes ``QK^T``; Dao 2023, FlashAttention-2, Sec. 3).
+- Precision recipes (:data:`RECIPES`, ``Plan.precision``): the transformer-block linears (QKV,
+  output projection, MLP up/down; forward, data- and weight-gradient GEMMs) run at the recipe's
+  peak; the attention core (``QK^T``, ``AV``, softmax), the embedding, the output layer and the
+  loss stay bf16, as Transformer Engine runs them (TE quantizes ``te.Linear`` GEMMs only; the
+  NVFP4 recipe, arXiv 2509.25149 Sec. 4, keeps attention, embeddings and the output head in
+  bf16), and ``Plan.bf16_layers`` whole layers stay bf16 (``x.bf16_frac`` of them, averaged over
+  the layers). Quantizing costs memory-bound time: casting every GEMM input and output gradient
+  (:func:`lowp_cast_bytes`) and the weights once per step (:func:`weight_cast_s`); the quantized
+  weight copies cost memory (:func:`lowp_weight_copy_bytes`).
 All functions return seconds as numpy arrays over the candidates of a :class:`PlanArrays`.
 """
 
@@ -27,6 +36,70 @@ from plan_search.planner.costmodel.arrays import PlanArrays
 BF16_BYTES = 2
 FA_BACKWARD_RATIO = 2.5  # FlashAttention-2 backward / forward matmul work (Dao 2023, Sec. 3)
 
+#: Precision recipes by ``PlanArrays.fp8`` code (``plan.PRECISION_CODES``). Per recipe:
+#: ``peak`` the tensor-core peak its GEMMs run at; ``block`` needs hardware block scaling
+#: (``gpu.block_scaling``); ``elem_bytes`` bytes per quantized element incl. its scale factors
+#: (MXFP8: E4M3 + one E8M0 scale per 32 elements = 1 + 1/32; NVFP4: E2M1 + one E4M3 scale per 16
+#: = 0.5 + 1/16, plus one FP32 per tensor; OCP MX spec v1.0; arXiv 2509.25149 Sec. 2);
+#: ``cast_fwd``/``cast_bwd`` bytes moved per element to quantize one GEMM input (forward) and one
+#: output gradient (backward): read bf16 (2), write the copies -- per-tensor FP8 casts the input once
+#: (+1) and the gradient plus its transpose (+2, Hopper's FP8 GEMMs take only the TN layout); current
+#: scaling first reads the tensor once more for its amax (+2; TE Float8CurrentScaling), delayed
+#: scaling takes the amax from its history inside the cast kernel; MXFP8 and NVFP4 write a row-wise
+#: and a column-wise block-scaled copy (blocks run along the reduction dimension, which differs
+#: for the wgrad GEMM: TE quantizes both usages); NVFP4 reads the tensor once more for the per-tensor
+#: amax of its second-level scale (+2), the Hadamard transform of the wgrad inputs is fused;
+#: ``weight_copy`` bytes per parameter of the quantized weight copies TE keeps for the step
+#: (per-tensor FP8: the FP8 weight and, on Hopper, its transpose; MX/NV: row- and column-wise).
+RECIPES = {
+    0: dict(name="bf16", peak="bf16", block=False, elem_bytes=2.0, cast_fwd=0.0, cast_bwd=0.0, weight_copy=0.0),
+    1: dict(name="fp8-delayed", peak="fp8", block=False, elem_bytes=1.0, cast_fwd=3.0, cast_bwd=5.0, weight_copy=2.0),
+    2: dict(name="fp8-current", peak="fp8", block=False, elem_bytes=1.0, cast_fwd=5.0, cast_bwd=7.0, weight_copy=2.0),
+    3: dict(name="mxfp8", peak="fp8", block=True, elem_bytes=1.0 + 1.0 / 32, cast_fwd=2.0 + 2 * (1.0 + 1.0 / 32),
+            cast_bwd=2.0 + 2 * (1.0 + 1.0 / 32), weight_copy=2 * (1.0 + 1.0 / 32)),
+    4: dict(name="nvfp4", peak="fp4", block=True, elem_bytes=0.5 + 1.0 / 16, cast_fwd=4.0 + 2 * (0.5 + 1.0 / 16),
+            cast_bwd=4.0 + 2 * (0.5 + 1.0 / 16), weight_copy=2 * (0.5 + 1.0 / 16)),
+}
+RECIPE_NEEDS = {"fp8": "fp8", "fp8-delayed": "fp8", "fp8-current": "fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
+
+
+def _recipe_table(key: str, codes, cluster: ClusterSpec | None = None):
+    """``RECIPES[code][key]`` for an array of codes (per-tensor FP8 weight copies: no transpose on
+    Blackwell, whose FP8 GEMMs take every layout)."""
+    codes = np.asarray(codes)
+    vals = np.array([RECIPES[c][key] for c in range(len(RECIPES))], dtype=float)
+    if key == "weight_copy" and cluster is not None and cluster.gpu.block_scaling:
+        vals[1] = vals[2] = 1.0
+    return vals[np.clip(codes, 0, len(RECIPES) - 1)]
+
+
+def supports_precision(cluster: ClusterSpec, precision: str) -> bool:
+    """Can this GPU run the recipe: fp16/bf16 always; fp8 recipes need an fp8 peak; mxfp8 block
+    scaling and fp8; nvfp4 block scaling and an fp4 peak."""
+    need = RECIPE_NEEDS.get(precision)
+    gpu = cluster.gpu
+    if need is None:
+        return True
+    if need == "fp8":
+        return "fp8" in gpu.peak_tflops
+    if need == "mxfp8":
+        return gpu.block_scaling and "fp8" in gpu.peak_tflops
+    return gpu.block_scaling and "fp4" in gpu.peak_tflops
+
+
+def check_precision(cluster: ClusterSpec, precision: str) -> None:
+    """One line naming the catalog GPUs that have the recipe when this one does not."""
+    if supports_precision(cluster, precision):
+        return
+    from plan_search.hardware.catalog import load_catalog
+    from plan_search.models.io import InputError
+
+    have = [n for n, c in load_catalog().items() if supports_precision(c, precision)]
+    what = {"fp8": "FP8 tensor cores", "mxfp8": "block-scaled (MX) FP8 tensor cores",
+            "nvfp4": "FP4 tensor cores with block scaling"}[RECIPE_NEEDS[precision]]
+    raise InputError(f"precision: {cluster.name} ({cluster.gpu.name}) has no {what} for {precision}; "
+                     f"GPUs with it: {', '.join(have)}; or use bf16")
+
 
 def gemm_efficiency(dim, cluster: ClusterSpec):
     """Fraction of dense peak a GEMM reaches when its smaller weight dimension is ``dim``."""
@@ -35,15 +108,20 @@ def gemm_efficiency(dim, cluster: ClusterSpec):
 
 
 def _gemm_s(tokens, k, n, cluster: ClusterSpec, fp8):
-    """One local GEMM of ``tokens x k`` by ``k x n``: roofline of compute and HBM traffic."""
+    """One local GEMM of ``tokens x k`` by ``k x n`` in recipe ``fp8`` (a ``PlanArrays.fp8``
+    code; 0 = bf16): roofline of compute and HBM traffic. Low-precision GEMMs run at their
+    recipe's peak times ``fp8_gemm_eff_ratio`` (one ratio for FP8 and FP4: not fitted, no
+    published FP4 GEMM efficiency in the calibration data) and read quantized operands."""
     gpu, e = cluster.gpu, cluster.efficiency
     flops = 2.0 * tokens * k * n
     peak_bf16 = gpu.peak("bf16") * 1e12
-    peak_fp8 = gpu.peak_tflops.get("fp8", gpu.peak("bf16")) * 1e12
+    peaks = np.array([peak_bf16] + [gpu.peak_tflops.get(RECIPES[c]["peak"], gpu.peak("bf16")) * 1e12
+                                    for c in range(1, len(RECIPES))])
+    code = np.clip(np.asarray(fp8), 0, len(RECIPES) - 1)
     eff = gemm_efficiency(np.minimum(k, n), cluster)
-    rate = np.where(fp8 == 1, peak_fp8 * eff * e.fp8_gemm_eff_ratio, peak_bf16 * eff)
-    wbytes = np.where(fp8 == 1, 1.0, 2.0)
-    traffic = k * n * wbytes + tokens * (k + n) * BF16_BYTES
+    rate = np.where(code > 0, peaks[code] * eff * e.fp8_gemm_eff_ratio, peak_bf16 * eff)
+    qbytes = _recipe_table("elem_bytes", code)
+    traffic = k * n * qbytes + tokens * (k * qbytes + n * BF16_BYTES)
     hbm = gpu.hbm_bandwidth_gbps * 1e9 * e.hbm_eff
     return np.maximum(flops / rate, traffic / hbm)
 
@@ -61,11 +139,16 @@ def layer_gemm_fwd_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
     q = m.num_heads * m.head_dim
     kv = m.num_kv_heads * m.head_dim
     mats_up = 2 if m.gated else 1
-    qkv = _gemm_s(T, m.hidden_size, (q + 2 * kv) / t, cluster, x.fp8)
-    proj = _gemm_s(T, q / t, m.hidden_size, cluster, x.fp8)
-    fc1 = _gemm_s(T, m.hidden_size, mats_up * m.ffn_hidden_size / t, cluster, x.fp8)
-    fc2 = _gemm_s(T, m.ffn_hidden_size / t, m.hidden_size, cluster, x.fp8)
-    return qkv + proj + fc1 + fc2
+    def linears(code):
+        qkv = _gemm_s(T, m.hidden_size, (q + 2 * kv) / t, cluster, code)
+        proj = _gemm_s(T, q / t, m.hidden_size, cluster, code)
+        fc1 = _gemm_s(T, m.hidden_size, mats_up * m.ffn_hidden_size / t, cluster, code)
+        fc2 = _gemm_s(T, m.ffn_hidden_size / t, m.hidden_size, cluster, code)
+        return qkv + proj + fc1 + fc2
+
+    low = linears(x.fp8)
+    f = np.where(x.fp8 > 0, x.bf16_frac, 0.0)
+    return np.where(f > 0, (1.0 - f) * low + f * linears(np.zeros_like(x.fp8)), low)
 
 
 def attention_fwd_flops(model: ModelSpec, x: PlanArrays):
@@ -95,15 +178,16 @@ def layer_membound_fwd_bytes(model: ModelSpec, x: PlanArrays):
     # Softmax (+ dropout) over materialised scores when FlashAttention is off.
     per_score = 9.0 if m.dropout else 4.0
     softmax = np.where(x.fa, 0.0, per_score * m.num_heads * x.seq / t * T)
-    return replicated + act + rotary + softmax + fp8_cast_bytes(model, x)
+    return replicated + act + rotary + softmax + lowp_cast_bytes(model, x)
 
 
-def fp8_cast_bytes(model: ModelSpec, x: PlanArrays):
-    """FP8 recipes cast every GEMM operand: forward, the inputs of QKV, projection, up and down
-    projections (read bf16, write fp8: 3 B/element); backward, the output gradients, cast and
-    transposed (5 B/element). Weights are cast once per step (Transformer Engine caches them over
-    micro-batches) and left out. Per layer, one micro-batch, one GPU, bytes of the forward
-    (the backward's share is counted by the 2x backward rule); zero for bf16."""
+def lowp_cast_bytes(model: ModelSpec, x: PlanArrays):
+    """Low-precision recipes quantize every GEMM operand: forward, the inputs of QKV, projection,
+    up and down projections; backward, the output gradients (``cast_fwd`` / ``cast_bwd`` bytes per
+    element, :data:`RECIPES`: 3 and 5 for delayed-scaling FP8). Weights are quantized once per
+    step (:func:`weight_cast_s`; Transformer Engine caches them over micro-batches). Per layer,
+    one micro-batch, one GPU, bytes of the forward (the backward's share is counted by the 2x
+    backward rule), averaged over the layers kept in bf16 (none cast); zero for bf16."""
     m = model
     T = tokens_per_gpu(x)
     t = x.tp.astype(float)
@@ -112,8 +196,44 @@ def fp8_cast_bytes(model: ModelSpec, x: PlanArrays):
     up = (2 if m.gated else 1) * m.ffn_hidden_size
     fwd_in = (2 * m.hidden_size + q + m.ffn_hidden_size) / t
     bwd_out = ((q + 2 * kv) + 2 * m.hidden_size + up) / t
-    total = T * (3.0 * fwd_in + 5.0 * bwd_out)
-    return np.where(x.fp8 == 1, total / 3.0, 0.0)  # /3: the forward share (backward = 2x fwd)
+    total = T * (_recipe_table("cast_fwd", x.fp8) * fwd_in + _recipe_table("cast_bwd", x.fp8) * bwd_out)
+    lowp = np.where(x.fp8 > 0, 1.0 - x.bf16_frac, 0.0)
+    return lowp * total / 3.0  # /3: the forward share (backward = 2x fwd)
+
+
+fp8_cast_bytes = lowp_cast_bytes  # the name before issue 12
+
+
+def gemm_input_bytes(x: PlanArrays):
+    """Bytes per element of a GEMM input kept for the backward: bf16 (2), or the recipe's quantized
+    copy (Transformer Engine saves the quantized input: FP8 1, MXFP8 1 + 1/32, NVFP4 0.5 + 1/16),
+    averaged with the layers kept in bf16."""
+    f = np.where(x.fp8 > 0, x.bf16_frac, 1.0)
+    return (1.0 - f) * _recipe_table("elem_bytes", x.fp8) + f * BF16_BYTES
+
+
+def lowp_weight_copy_bytes(params_local, x: PlanArrays, cluster: ClusterSpec):
+    """Memory the quantized weight copies of a low-precision recipe add to the bf16 weights, per
+    GPU: ``weight_copy`` bytes per parameter (:data:`RECIPES`), less the 2-byte bf16 weight when
+    the recipe keeps the weights only in low precision (``Plan.lowp_params``: Megatron
+    ``--fp8-param-gather``, set by Megatron-Bridge's FP8 and MXFP8 recipes; not for NVFP4, whose
+    recipe sets ``fp8_param_gather=False``), for the parameters this GPU holds (its ``1/dp``
+    shard under ZeRO-3/FSDP: gathered copies are transient) outside the bf16 layers. Zero for
+    bf16; negative where the copy is smaller than the bf16 weight it replaces (FP8 on Blackwell,
+    no transpose)."""
+    psi = np.where(x.zero >= 3, params_local / np.maximum(x.dp, 1), params_local)
+    lowp = np.where(x.fp8 > 0, 1.0 - x.bf16_frac, 0.0)
+    replaces = np.where(x.lowp_params & (x.fp8 > 0) & (x.fp8 < 4), BF16_BYTES, 0.0)
+    return (_recipe_table("weight_copy", x.fp8, cluster) - replaces) * psi * lowp
+
+
+def weight_cast_s(params_local, cluster: ClusterSpec, x: PlanArrays):
+    """Quantizing the weights once per step (after the optimizer): read the bf16 weights (2 B) and
+    write the copies; current scaling and NVFP4 read them once more for the amax (+2 B)."""
+    psi = np.where(x.zero >= 3, params_local / np.maximum(x.dp, 1), params_local)
+    amax = np.where((x.fp8 == 2) | (x.fp8 == 4), 2.0, 0.0)
+    per_param = np.where(x.fp8 > 0, 2.0 + amax + _recipe_table("weight_copy", x.fp8, cluster), 0.0)
+    return hbm_s(psi * np.where(x.fp8 > 0, 1.0 - x.bf16_frac, 0.0) * per_param, cluster)
 
 
 def hbm_s(nbytes, cluster: ClusterSpec):

@@ -18,6 +18,7 @@ from plan_search.models.io import InputError
 from plan_search.models.resolve import resolve_model
 from plan_search.models.spec import ModelSpec
 
+from plan_search.planner.costmodel import compute
 from plan_search.planner.costmodel.arrays import PlanArrays
 from plan_search.planner.costmodel.evaluate import GIB, evaluate
 from plan_search.planner.costmodel.memory import STAGES
@@ -148,10 +149,7 @@ def _scalar(v):
 def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> None:
     """Rules that need the model and the GPU (the plan checked its own arithmetic)."""
     plan.check_against(model)
-    if plan.precision == "fp8" and "fp8" not in cluster.gpu.peak_tflops:
-        raise InputError(
-            f"precision: {cluster.gpu.name} has no FP8 tensor cores; use bf16 or a GPU with fp8"
-        )
+    compute.check_precision(cluster, plan.precision)  # issue 12: names the GPUs that have it
 
 
 def estimate(

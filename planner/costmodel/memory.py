@@ -35,6 +35,7 @@ from plan_search.hardware.spec import ClusterSpec
 from plan_search.models import counting
 from plan_search.models.spec import ModelSpec
 
+from plan_search.planner.costmodel import compute
 from plan_search.planner.costmodel import experts
 from plan_search.planner.costmodel.arrays import PlanArrays
 
@@ -62,7 +63,7 @@ def activation_bytes_per_token(model: ModelSpec, x: PlanArrays) -> dict:
     # GEMM inputs kept for the backward: the two norm outputs (QKV and MLP inputs), the
     # output-projection input and the down-projection input. Under FP8 recipes Transformer
     # Engine keeps these as FP8 (1 B) copies instead of bf16.
-    gemm_in = np.where(x.fp8 == 1, 1.0, 2.0)
+    gemm_in = compute.gemm_input_bytes(x)  # issue 12: 1 B under FP8, 0.56 under NVFP4
     replicated = 4.0 * h + 2.0 * h * gemm_in + (2.0 * h if m.dropout else 0.0)
     tp_region = 2.0 * q + 4.0 * kv + q * gemm_in + (4.0 if m.gated else 2.0) * f + f * gemm_in
     scores = (5.0 if m.dropout else 2.0) * m.num_heads * (x.seq / x.cp)
@@ -129,6 +130,9 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     states = model_state_bytes(psi - psi_e, x.zero, x.dp, x.fp32_grads)
     states_e = model_state_bytes(psi_e, x.zero, x.tp * x.cp * x.dp // (x.ep * x.etp), x.fp32_grads)
     states = {k: states[k] + states_e[k] for k in states}
+    # quantized weight copies of a low-precision recipe (issue 12; compute.lowp_weight_copy_bytes).
+    lowp = compute.lowp_weight_copy_bytes(psi, x, cluster)
+    states["weights"] = states["weights"] + np.where(x.zero >= 3, 0.0, lowp)
     stored, recomputed = layer_activation_bytes(model, x)
     if model.is_moe:  # the stage's MoE layers store more than a dense layer (mean over its layers)
         n_moe = experts.stage_moe_layers(model, x)[stage]

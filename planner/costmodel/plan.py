@@ -41,7 +41,30 @@ from plan_search.models.io import InputError
 from plan_search.models.spec import ModelSpec
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
-PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1}
+#: Precision recipe -> PlanArrays ``fp8`` code (0: 16-bit GEMMs; nonzero: low-precision GEMMs).
+#: ``fp8`` is an alias of ``fp8-delayed`` (Transformer Engine's default DelayedScaling recipe and
+#: Megatron's ``--fp8-recipe`` default ``delayed``; NeMo 24.07 ran it). The recipes' costs are in
+#: :mod:`planner.costmodel.compute` (``RECIPES``).
+PRECISION_CODES = {"bf16": 0, "fp16": 0, "fp8": 1, "fp8-delayed": 1, "fp8-current": 2, "mxfp8": 3, "nvfp4": 4}
+Precision = Literal["bf16", "fp16", "fp8", "fp8-delayed", "fp8-current", "mxfp8", "nvfp4"]
+#: Transformer layers kept in bf16 by default, per recipe (Megatron ``--first-last-layers-bf16``
+#: with ``--num-layers-at-start/end-in-bf16``): Megatron-Bridge ``mixed_precision.py`` recipes --
+#: ``bf16_with_fp8_current_scaling_mixed`` keeps the first and the last layer in bf16; the delayed
+#: recipe cannot (Megatron-Core ``fp8_utils.py`` asserts it), ``bf16_with_mxfp8_mixed`` keeps none;
+#: NVFP4: the NVFP4 pretraining recipe keeps ~15% of the linear layers, mostly the last ones, in
+#: bf16 (NVIDIA 2025, arXiv 2509.25149 Sec. 4; Megatron-Bridge's Nemotron-3-Super NVFP4 recipe
+#: keeps the last 14), so ``ceil(0.15 * layers)``.
+BF16_LAYERS_DEFAULT = {"fp8-current": lambda layers: min(2, layers), "nvfp4": lambda layers: -(-15 * layers // 100)}
+
+
+def bf16_layers_of(precision: str, bf16_layers: int | None, num_layers: int) -> int:
+    """Transformer layers whose GEMMs stay in bf16 under ``precision`` (0 for bf16/fp16)."""
+    if PRECISION_CODES[precision] == 0:
+        return 0
+    if bf16_layers is not None:
+        return min(bf16_layers, num_layers)
+    rule = BF16_LAYERS_DEFAULT.get(precision)
+    return rule(num_layers) if rule else 0
 DISPATCHER_CODES = {"alltoall": 0, "allgather": 1, "flex": 2}
 GRAD_REDUCE_CODES = {"default": 0, "step": 1, "microbatch": 2}
 
@@ -80,7 +103,15 @@ class Plan(BaseModel):
     recompute_layers: int | None = Field(default=None, ge=0, description="with recompute full: layers per stage recomputed (default all)")
     sequence_parallel: bool = Field(default=True, description="sequence parallelism with tp > 1 (Korthikanti et al. 2022)")
     flash_attention: bool = Field(default=True, description="FlashAttention kernels (no stored attention scores)")
-    precision: Literal["bf16", "fp16", "fp8"] = Field(default="bf16", description="GEMM precision recipe")
+    precision: Precision = Field(
+        default="bf16", description="GEMM precision recipe: bf16, fp16, fp8 (= fp8-delayed), fp8-current "
+        "(per-tensor current scaling), mxfp8 (block-scaled, Blackwell), nvfp4 (Blackwell)")
+    bf16_layers: int | None = Field(
+        default=None, ge=0, le=100_000, description="transformer layers whose GEMMs stay bf16 under a low-precision "
+        "recipe (Megatron --first-last-layers-bf16); default per recipe: fp8-current 2, nvfp4 15% of layers, else 0")
+    lowp_params: bool = Field(
+        default=True, description="FP8/MXFP8 recipes keep the weights only as quantized copies (Megatron "
+        "--fp8-param-gather, as Megatron-Bridge's recipes do): no bf16 weight buffer beside them; nvfp4 always keeps it")
     fp32_grads: bool = Field(default=True, description="fp32 gradient accumulation/reduction (Megatron)")
     overlap_grad_reduce: bool = Field(default=True, description="overlap the data-parallel gradient reduction with the backward")
     overlap_param_gather: bool = Field(default=True, description="overlap the ZeRO/FSDP parameter all-gather with compute")
@@ -173,6 +204,11 @@ class Plan(BaseModel):
             raise ValueError("first_stage_layers: an uneven split needs pp > 1; drop it or raise pp")
         if self.recompute_layers is not None and self.recompute != "full":
             raise ValueError("recompute_layers: only meaningful with recompute full")
+        if self.bf16_layers and PRECISION_CODES[self.precision] == 1:
+            raise ValueError(
+                f"bf16_layers: precision {self.precision} (delayed scaling) cannot keep layers in bf16 "
+                "(Megatron-Core fp8_utils.py asserts it); use precision fp8-current or bf16_layers 0"
+            )
         if self.grad_bf16_copy and not self.fp32_grads:
             raise ValueError("grad_bf16_copy: a bf16 copy beside an fp32 accumulator needs fp32_grads on")
         group = self.tp * self.cp * self.dp
@@ -333,6 +369,8 @@ class Plan(BaseModel):
                 raise InputError(
                     f"vpp: layers per (middle) stage ({mid}) must be divisible by vpp {self.vpp}"
                 )
+        if self.bf16_layers is not None and self.bf16_layers > l:
+            raise InputError(f"bf16_layers: {self.bf16_layers} exceeds num_layers {l}")
         if self.recompute_layers is not None:
             f, mid, la = self.stage_layers(l)
             if self.recompute_layers > max(f, mid, la):

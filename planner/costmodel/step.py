@@ -187,6 +187,7 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
     )
     out["dp_comm_s"] = grad_exp + param_exp
     out["optimizer_s"] = compute.optimizer_s(psi, cluster, x) + dispatch.expert_optimizer_s(psi_e, cluster=cluster, x=x)
+    out["optimizer_s"] = out["optimizer_s"] + compute.weight_cast_s(psi + psi_e, cluster, x)  # issue 12
     out["overhead_s"] = np.full(len(x), eff.step_overhead_s)
     step = sum(out[k] for k in TIME_KEYS)
     n_rc_slow = np.minimum(x.rc_layers, layers_slow)

@@ -50,6 +50,7 @@ from plan_search.models.spec import ModelSpec
 
 from dataclasses import fields as dc_fields
 
+from plan_search.planner.costmodel import compute
 from plan_search.planner.costmodel.arrays import PlanArrays
 from plan_search.planner.costmodel.plan import Plan
 from plan_search.planner.search.request import MIN_CP_TOKENS, Knobs, knob_combinations
@@ -440,8 +441,8 @@ def enumerate_space(
     knobs = knobs or Knobs()
     combos = knob_combinations(knobs)
     for c in combos:
-        if c.get("precision") == "fp8" and "fp8" not in cluster.gpu.peak_tflops:
-            raise InputError(f"precision: {cluster.gpu.name} has no FP8 tensor cores; use bf16 or a GPU with fp8")
+        if c.get("precision"):
+            compute.check_precision(cluster, c["precision"])  # issue 12: names the GPUs that have it
     l = model.num_layers
     counts = np.unique(np.asarray(list(gpu_counts), dtype=np.int64))
     T = tp_domain(model, cluster, knobs)
