@@ -178,6 +178,10 @@ class EfficiencySpec(_Frozen):
     grouped_gemm_eff: float = Field(default=0.85, gt=0, le=1)
     ep_overlap: float = Field(default=0.6, ge=0, le=1)
     moe_membound_eff: float = Field(default=1.0, gt=0, le=1)
+    zero3_flat: bool = Field(
+        default=False, description="ZeRO-3 collectives as flat per-module rings, each GPU's whole traffic over its "
+        "NIC once the shard group leaves the NVLink domain (DeepSpeed ZeRO-3 as Narayanan et al. 2021 Table 2 "
+        "measured it); off: NCCL rings with the group's members per NVLink domain (FSDP2, Megatron-FSDP)")
     source: str = Field(default="defaults (not fitted)")
 
     @model_validator(mode="after")

@@ -199,6 +199,8 @@ class RunRecord:
     notes: str = ""
     arrays: PlanArrays | None = field(default=None, repr=False)
     measured_memory_gb: float | None = None
+    #: Kernel-efficiency profile the run's framework stands for (:func:`run_profile`).
+    profile: str = "megatron"
 
 
 def _model_for_row(row: dict) -> ModelSpec | None:
@@ -295,6 +297,15 @@ def _candidates(row: dict, model: ModelSpec, conv: dict, n: int) -> tuple[list[P
             conv.update(overlap_grad_reduce=True, overlap_param_gather=True)
     if sp_raw in ("yes", "no"):
         conv["sequence_parallel"] = sp_raw == "yes"
+    # What a row's caption or notes print about how it ran (torchtitan's tables): AsyncTP is TP
+    # communication overlapped with the GEMMs; the pipeline schedule fixes vpp = 1 (1F1B) or > 1
+    # (Interleaved 1F1B) where the number of virtual stages is not printed.
+    said = f"{row.get('source', '')} {row.get('notes', '')}"
+    if re.search(r"AsyncTP", said):
+        conv["overlap_tp_comm"] = True
+    interleaved = bool(re.search(r"Interleaved 1F1B", said, re.I))
+    titan = (row.get("framework") or "").strip().lower() == "torchtitan"
+    plain_1f1b = bool(re.search(r"\b1F1B\b", said)) and not interleaved
     cp = cp or 1
     tps = [tp] if tp else [t for t in (1, 2, 4, 8) if model.num_heads % t == 0]
     if not tp:
@@ -321,6 +332,17 @@ def _candidates(row: dict, model: ModelSpec, conv: dict, n: int) -> tuple[list[P
         vpps = [vpp if vpp else 1] if vpp is not None or p == 1 else [1] + [
             v for v in (2, 3, 4, 5, 6, 8, 10, 12) if per_stage % v == 0
         ]
+        if plain_1f1b:
+            vpps = [1]
+        elif interleaved and p > 1:
+            vpps = [v for v in vpps if v > 1] or vpps
+        if titan and p > 1 and vpp is None:
+            # torchtitan @9dec370 (2024-12): looped schedules place 2 stages per rank
+            # (generate_split_points), and the micro-batches default to the number of stages
+            # (pipeline_parallel_microbatches unset): micro_batch = local batch / stages.
+            vpps = [2 if interleaved else 1]
+            if not mb and (gb // d) % (p * vpps[0]) == 0 and b != (gb // d) // (p * vpps[0]):
+                continue
         for v in vpps:
             v = v if p > 1 else 1
             split = {}
@@ -419,8 +441,34 @@ def load_runs(path: str | Path | None = None, gpu: str | None = None) -> list[Ru
         rec = RunRecord(i, row["source"], group, label, model, g, cands, free, measured, how, row.get("notes", ""))
         rec.arrays = PlanArrays.from_plans(cands, model.num_layers)
         rec.measured_memory_gb = _num(row.get("measured_memory_gb"))
+        rec.profile = run_profile(row, cands)
         records.append(rec)
     return records
+
+
+def run_profile(row: dict, candidates: Sequence[Plan]) -> str:
+    """The kernel-efficiency profile a run stands for (``hardware/efficiency_profiles.yaml``):
+    ``torchtitan`` for torchtitan's runs (FSDP2, torch.compile, torchao Float8: the printed
+    ``framework`` column), ``deepspeed`` for the ZeRO-3 rows of Narayanan et al. Table 2 (run with
+    DeepSpeed, Sec. 5.2), ``megatron`` (Megatron-LM/NeMo/Megatron-Bridge with Transformer Engine,
+    and NeMo AutoModel, whose kernels are TE's) otherwise."""
+    fw = (row.get("framework") or "").strip().lower()
+    if fw == "torchtitan":
+        return "torchtitan"
+    if source_group(row.get("source", "")) == "narayanan2021-table2" and candidates and candidates[0].zero == 3:
+        return "deepspeed"
+    return "megatron"
+
+
+def load_all_runs(gpu: str | None = None) -> list[RunRecord]:
+    """Every dense published run with a complete configuration: ``published_runs.csv`` and the
+    dense rows of ``runs_2026_12.csv`` (the project's copies; MoE rows are skipped by
+    :func:`load_runs`). Records of the second file have ``index`` offset by 1000."""
+    recs = load_runs(gpu=gpu)
+    new = load_runs(resources.files("plan_search.planner").joinpath("runs_2026_12.csv"), gpu=gpu)
+    for r in new:
+        r.index += 1000
+    return recs + new
 
 
 # --------------------------------------------------------------------------- prediction
@@ -451,8 +499,9 @@ def predict(rec: RunRecord, cluster: ClusterSpec) -> Prediction:
 # --------------------------------------------------------------------------- fitting
 #: Fitted terms, their bounds, and when a term is identifiable from a set of runs.
 FIT_BOUNDS: dict[str, tuple[float, float]] = {
-    "gemm_eff_max": (0.4, 0.98),
+    "gemm_eff_max": (0.25, 0.98),
     "gemm_dim_scale": (50.0, 4000.0),
+    "attention_eff": (0.1, 0.9),
     "bmm_attention_eff": (0.1, 0.9),
     "fp8_gemm_eff_ratio": (0.3, 1.0),
     "inter_bw_eff": (0.2, 0.95),
@@ -528,22 +577,39 @@ PRIOR_WEIGHT = {"inter_bw_eff": 2e-3, "zero3_bw_eff": 2e-3}
 DEFAULT_PRIOR_WEIGHT = 1e-5
 
 
+#: Below this many rows a fit moves only the GEMM efficiency ceiling; every other term keeps the
+#: prior (for a system with a handful of published runs, e.g. Blackwell: the prior is the
+#: reference system's fit, :func:`fit_efficiency` ``prior``).
+MIN_ROWS_FOR_ALL_TERMS = 6
+
+
 def fit_efficiency(
-    records: Sequence[RunRecord], cluster: ClusterSpec, terms: Iterable[str] | None = None, iters: int = 400
+    records: Sequence[RunRecord], cluster: ClusterSpec, terms: Iterable[str] | None = None, iters: int = 400,
+    prior: EfficiencySpec | None = None,
 ) -> EfficiencySpec:
     """Fit the efficiency terms of ``cluster`` to ``records`` (all of that GPU).
 
-    Minimises the mean squared log error of step time plus a pull towards the priors (the
-    :class:`EfficiencySpec` defaults, :data:`PRIOR_WEIGHT`), so that a term the runs cannot see
-    stays at its prior. Starts from the cluster's current values and from a second point with
-    slow sharded-DP collectives; keeps the better optimum. Deterministic.
+    Minimises the mean squared log error of step time plus a pull towards the priors (``prior``,
+    by default the :class:`EfficiencySpec` defaults; :data:`PRIOR_WEIGHT`), so that a term the runs
+    cannot see stays at its prior. With a ``prior`` the fit starts from it and the terms it does
+    not fit are the prior's (a profile carried from a reference system); with fewer than
+    :data:`MIN_ROWS_FOR_ALL_TERMS` rows only ``gemm_eff_max`` is fitted. Starts from the cluster's
+    current values (or the prior) and from a second point with slow sharded-DP collectives; keeps
+    the better optimum. Deterministic.
     """
     records = list(records)
     if not records:
         raise InputError("runs: no complete rows for this GPU to calibrate on")
-    terms = list(terms) if terms is not None else _relevant_terms(records)
+    if terms is not None:
+        terms = list(terms)
+    elif len(records) < MIN_ROWS_FOR_ALL_TERMS:
+        terms = ["gemm_eff_max"]
+    else:
+        terms = _relevant_terms(records)
+    if prior is not None:
+        cluster = cluster.model_copy(update={"efficiency": prior})
     start = cluster.efficiency.model_dump()
-    prior = EfficiencySpec().model_dump()
+    prior = (prior or EfficiencySpec()).model_dump()
     unit = lambda d: np.array([_to_unit(d[t], *FIT_BOUNDS[t]) for t in terms])  # noqa: E731
     z_prior = unit(prior)
     weights = np.array([PRIOR_WEIGHT.get(t, DEFAULT_PRIOR_WEIGHT) for t in terms])

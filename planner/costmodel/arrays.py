@@ -11,6 +11,7 @@ from typing import Iterable
 
 import numpy as np
 
+from plan_search.planner.costmodel.plan import GRAD_REDUCE_CODES, grad_per_microbatch
 from plan_search.planner.costmodel.plan import bf16_layers_of
 from plan_search.planner.costmodel.plan import DISPATCHER_CODES, PRECISION_CODES, RECOMPUTE_CODES, Plan
 
@@ -47,6 +48,9 @@ class PlanArrays:
     ovl_grad: np.ndarray
     ovl_param: np.ndarray
     ovl_tp: np.ndarray
+    dp_shard: np.ndarray  # ZeRO/FSDP shard group size; 0 = the whole dp group (flat)
+    grad_red: np.ndarray  # Plan.grad_reduce coded as plan.GRAD_REDUCE_CODES (0 = the ZeRO-stage default)
+    reshard: np.ndarray  # bool: ZeRO-3/FSDP parameters resharded after the forward (gathered again for the backward)
     first: np.ndarray
     mid: np.ndarray
     last: np.ndarray
@@ -60,6 +64,16 @@ class PlanArrays:
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
+
+    @property
+    def shard(self) -> np.ndarray:
+        """GPUs per ZeRO/FSDP shard group (``dp`` when sharding is flat)."""
+        return np.where(self.dp_shard > 0, self.dp_shard, self.dp)
+
+    @property
+    def grad_mb(self) -> np.ndarray:
+        """Gradients reduced every micro-batch (:func:`planner.costmodel.plan.grad_per_microbatch`)."""
+        return grad_per_microbatch(self.grad_red, self.zero, self.pp)
 
     @property
     def m(self) -> np.ndarray:
@@ -84,6 +98,8 @@ class PlanArrays:
                 mb=p.micro_batch, gb=p.global_batch, seq=p.seq_len, recompute=rc,
                 rc_layers=rc_layers, sp=p.sequence_parallel and p.tp > 1, fa=p.flash_attention,
                 fp8=PRECISION_CODES[p.precision], fp32_grads=p.fp32_grads,
+                dp_shard=p.dp_shard or 0, grad_red=GRAD_REDUCE_CODES[p.grad_reduce],
+                reshard=bool(getattr(p, "reshard_after_forward", True)),
                 ovl_grad=p.overlap_grad_reduce, ovl_param=p.overlap_param_gather,
                 ovl_tp=p.overlap_tp_comm, first=f, mid=mid, last=la, ep=p.ep, etp=p.etp,
                 moe_disp=DISPATCHER_CODES[p.moe_dispatcher], moe_ovl=p.moe_overlap, moe_imb=p.moe_imbalance,
@@ -97,4 +113,5 @@ class PlanArrays:
             dtype = bool if k in ("sp", "fa", "fp32_grads", "ovl_grad", "ovl_param", "ovl_tp", "moe_ovl", "lowp_params") else np.int64
             dtype = float if k in ("moe_imb", "bf16_frac") else dtype
             out[k] = np.asarray(v, dtype=dtype)
+        out["reshard"] = out["reshard"].astype(bool)
         return PlanArrays(**out)

@@ -154,40 +154,105 @@ def pp_microbatch_s(hidden: int, tokens, x, cluster: ClusterSpec):
 
 
 def dp_step_s(params_local, x, cluster: ClusterSpec) -> dict:
-    """Data parallelism per step, by ZeRO stage (Rajbhandari et al. 2020):
+    """Data parallelism per step, by ZeRO stage (Rajbhandari et al. 2020) and as each framework
+    runs it (the plan's ``dp_shard``, ``grad_reduce``, ``fp32_grads`` and, for ZeRO-3,
+    ``reshard_after_forward``):
 
-    - 0: all-reduce of the gradients once per step;
-    - 1 (and Megatron's distributed optimizer): reduce-scatter of gradients + all-gather of the
-      updated bf16 parameters, once per step;
-    - 2: reduce-scatter every micro-batch (the full gradient is never kept) + one all-gather;
-    - 3: every micro-batch gathers the parameters for the forward and again for the backward
-      (a recomputed forward gathers them for its backward too, so recomputation adds no
-      gather), and reduce-scatters the gradients (1.5 x the all-reduce volume, per micro-batch).
+    - 0: all-reduce of the gradients (DDP, Megatron without the distributed optimizer);
+    - 1 (Megatron's distributed optimizer, DeepSpeed ZeRO-1): reduce-scatter of the gradients
+      over the shard group + all-gather of the updated bf16 parameters after the optimizer;
+    - 2 (DeepSpeed ZeRO-2, Megatron-FSDP ``optim_grads``): the same collectives, the gradient
+      reduction after every micro-batch by default (the full gradient is never kept);
+    - 3 (FSDP2, DeepSpeed ZeRO-3, Megatron-FSDP ``optim_grads_params``): the bf16 parameters are
+      gathered for each micro-batch's forward and, when they are resharded after the forward
+      (FSDP2 ``reshard_after_forward=True``), again for its backward (a recomputed forward reuses
+      the backward's gather); without resharding the backward reuses the forward's gather, and
+      when gradients also sync only on the last micro-batch (torch pipelining) the parameters
+      stay gathered for the whole step: one gather per step.
 
-    ZeRO-3 / FSDP collectives are issued per module over the whole data-parallel group, each
-    rank holding a ``1/dp`` chunk: they are priced as flat rings, every GPU's traffic
-    ``(n-1)/n * S`` over its own NIC once the group leaves the NVLink domain (no intra-node
-    reduction first), at ``zero3_bw_eff`` of the bus bandwidth. Narayanan et al. 2021 Table 2
-    (DeepSpeed ZeRO-3, 384-2240 A100s) measured this regime: their step time stays flat from 768
-    to 1536 GPUs as this per-GPU volume does.
+    Gradient reduction runs every micro-batch or once per step (``Plan.grad_reduce``, default by
+    ZeRO stage: :func:`planner.costmodel.plan.grad_per_microbatch`), in fp32 or bf16
+    (``fp32_grads``: Megatron ``--accumulate-allreduce-grads-in-fp32``, FSDP2
+    ``MixedPrecisionPolicy.reduce_dtype``, DeepSpeed ``communication_data_type``).
 
-    Returns the seconds of the gradient side (``grad_s``, overlappable with backward) and the
-    parameter side (``param_s``, overlappable with forward), each already summed over the step.
+    HSDP / partial sharding (``dp_shard`` < dp): ranks are laid out shard-innermost, so a shard
+    group is ``dp_shard`` consecutive data-parallel ranks and its ``dp/dp_shard`` replicas stride
+    over them. Gradients reduce-scatter inside the shard group, then the ``1/dp_shard`` shards are
+    all-reduced across the replicas (torch FSDP2 HSDP: ``reduce_scatter`` then ``all_reduce`` on
+    the replicate mesh; Megatron ``--num-distributed-optimizer-instances``); parameters are
+    gathered inside the shard group only.
+
+    ZeRO-3 / FSDP collectives are issued per module over the shard group, each rank holding a
+    ``1/dp_shard`` chunk, at ``zero3_bw_eff`` of the bus bandwidth. NCCL runs them as rings (and
+    trees) through every GPU of a node before crossing to the next, so a GPU's NIC carries
+    ``1/k`` of the traffic when ``k`` group members share its NVLink domain (FSDP2, Megatron-FSDP:
+    the hierarchical pricing of :func:`collective_s`). With ``efficiency.zero3_flat`` (the
+    ``deepspeed`` profile) they are priced as flat rings instead, every GPU's traffic
+    ``(n-1)/n * S`` over its own NIC once the group leaves the NVLink domain: Narayanan et al. 2021
+    Table 2 (DeepSpeed ZeRO-3, 384-2240 A100s) measured that regime, their step time staying flat
+    from 768 to 1536 GPUs as this per-GPU volume does.
+
+    Returns the seconds of the gradient side (``grad_s``: reductions and backward gathers,
+    overlappable with backward) and the parameter side (``param_s``: forward gathers), each summed
+    over the step, and the pieces :func:`dp_exposed_s` needs (one reduction ``red_s``, one gather
+    ``gather_s`` and how many of each a step issues).
     """
     gbytes = np.where(x.fp32_grads, 4.0, 2.0)
-    k = members_per_domain(x.tp * x.cp, x.dp, cluster, x.num_gpus)
-    in_domain = k >= x.dp
-    k_flat = np.where(in_domain, x.dp, 1)
     g = params_local * gbytes
     w = params_local * 2.0
     m = x.m.astype(float)
-    ar = collective_s(ALL_REDUCE, g, x.dp, k, cluster)
-    rs = collective_s(REDUCE_SCATTER, g, x.dp, k, cluster)
-    ag = collective_s(ALL_GATHER, w, x.dp, k, cluster)
-    slow = 1.0 / cluster.efficiency.zero3_bw_eff
-    rs3 = collective_s(REDUCE_SCATTER, g, x.dp, k_flat, cluster) * slow
-    ag3 = collective_s(ALL_GATHER, w, x.dp, k_flat, cluster) * slow
     z = x.zero
-    grad_s = np.select([z == 0, z == 1, z == 2, z == 3], [ar, rs, m * rs, m * (rs3 + ag3)])
-    param_s = np.select([z == 0, z == 1, z == 2, z == 3], [0.0 * ar, ag, ag, m * ag3])
-    return {"grad_s": grad_s, "param_s": param_s, "per_microbatch": z >= 2}
+    ds = np.where(x.dp_shard > 0, np.gcd(np.maximum(x.dp_shard, 1), x.dp), x.dp)
+    reps = x.dp // ds
+    k = members_per_domain(x.tp * x.cp, x.dp, cluster, x.num_gpus)
+    k_s = members_per_domain(x.tp * x.cp, ds, cluster, x.num_gpus)
+    k_r = members_per_domain(x.tp * x.cp * ds, reps, cluster, x.num_gpus)
+    in_domain = k_s >= ds
+    k_flat = np.where(in_domain, ds, 1) if cluster.efficiency.zero3_flat else k_s
+    ar = collective_s(ALL_REDUCE, g, x.dp, k, cluster)
+    rs = collective_s(REDUCE_SCATTER, g, ds, k_s, cluster)
+    ag = collective_s(ALL_GATHER, w, ds, k_s, cluster)
+    rep = collective_s(ALL_REDUCE, g / ds, reps, k_r, cluster)
+    slow = 1.0 / cluster.efficiency.zero3_bw_eff
+    rs3 = collective_s(REDUCE_SCATTER, g, ds, k_flat, cluster) * slow
+    ag3 = collective_s(ALL_GATHER, w, ds, k_flat, cluster) * slow
+    red = np.where(z == 0, ar, np.where(z == 3, rs3, rs) + rep)
+    gat = np.where(z == 3, ag3, np.where(z >= 1, ag, 0.0))
+    per_mb = x.grad_mb
+    n_red = np.where(per_mb, m, 1.0)
+    n_bwd = np.where((z == 3) & x.reshard, m, 0.0)
+    n_fwd = np.where(z == 3, np.where(x.reshard | per_mb, m, 1.0), np.where(z >= 1, 1.0, 0.0))
+    return {"grad_s": n_red * red + n_bwd * gat, "param_s": n_fwd * gat, "per_microbatch": per_mb,
+            "red_s": red, "gather_s": gat, "n_red": n_red, "n_bwd_gather": n_bwd, "n_fwd_gather": n_fwd}
+
+
+def dp_exposed_s(dp: dict, x, fwd_mb, bwd_mb, hide: float, extra: dict | None = None) -> dict:
+    """Exposed seconds of the data-parallel collectives of :func:`dp_step_s` (``dp``).
+
+    Each micro-batch's backward hides up to ``hide * bwd_mb`` of the collectives issued during it
+    (its gradient reduction when that runs every micro-batch, its parameter gathers under
+    ZeRO-3 with resharding; the last micro-batch also carries a once-per-step reduction: Megatron
+    ``--overlap-grad-reduce``, DeepSpeed ``overlap_comm`` buckets, FSDP2's reduce-scatter stream);
+    each forward gather hides behind up to ``hide * fwd_mb`` of a forward (FSDP2/DeepSpeed
+    prefetch; Megatron ``--overlap-param-gather`` behind the next step's first forward). Without
+    the overlap the whole collective is exposed. ``extra`` adds time reduced the same way and as
+    often (the expert layers' data parallelism of a MoE model), spread over the same collectives.
+    """
+    m = x.m.astype(float)
+    extra = extra or {"grad_s": 0.0, "param_s": 0.0}
+    tiny = 1e-30
+    has_g, has_p = dp["grad_s"] > tiny, dp["param_s"] > tiny
+    sg = np.where(has_g, 1.0 + extra["grad_s"] / np.maximum(dp["grad_s"], tiny), 1.0)
+    sp = np.where(has_p, 1.0 + extra["param_s"] / np.maximum(dp["param_s"], tiny), 1.0)
+    red, gb, gf = dp["red_s"] * sg, dp["gather_s"] * sg * (dp["n_bwd_gather"] > 0), dp["gather_s"] * sp
+    per_mb = dp["n_red"] > 1
+    c_mb = np.where(per_mb, red, 0.0) + gb
+    c_last = red + gb
+    hidden_g = np.maximum(m - 1.0, 0.0) * np.maximum(0.0, c_mb - hide * bwd_mb) + np.maximum(0.0, c_last - hide * bwd_mb)
+    lone_g = np.where(has_g, 0.0, np.maximum(0.0, extra["grad_s"] - hide * bwd_mb))  # only expert DP
+    grad = np.where(x.ovl_grad, np.where(has_g, hidden_g, lone_g), dp["grad_s"] + extra["grad_s"])
+    n_f = dp["n_fwd_gather"]
+    hidden_p = np.where(has_p, n_f * np.maximum(0.0, gf - hide * fwd_mb),
+                        np.maximum(0.0, extra["param_s"] - hide * fwd_mb))
+    param = np.where(x.ovl_param, hidden_p, dp["param_s"] + extra["param_s"])
+    return {"grad_s": grad, "param_s": param}

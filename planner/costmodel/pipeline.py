@@ -15,11 +15,18 @@ import numpy as np
 from plan_search.planner.costmodel.arrays import PlanArrays
 
 
-def stage_mix(x: PlanArrays, first, mid, last):
-    """Slowest and mean stage time from the first-, middle- and last-stage times."""
+def stage_mix(x: PlanArrays, first, mid, last, num_layers=None):
+    """Slowest and mean stage time from the first-, middle- and last-stage times.
+
+    ``mid`` is the fullest middle stage's time; with ``num_layers`` given, a balanced uneven
+    split (middle stages of ``l//pp`` and ``l//pp + 1`` layers, :meth:`Plan.split`) enters the
+    mean with its middle stages' average layer count, ``(l - first - last) / (pp - 2)``."""
     p = x.pp.astype(float)
     single = x.pp == 1
     slow = np.where(single, first, np.maximum(np.maximum(first, last), np.where(x.pp > 2, mid, 0.0)))
+    if num_layers is not None:
+        avg = np.maximum(num_layers - x.first - x.last, 0) / np.maximum(p - 2, 1)
+        mid = np.where(x.pp > 2, mid * avg / np.maximum(x.mid, 1), mid)
     mean = np.where(single, first, (first + last + np.maximum(p - 2, 0) * mid) / np.maximum(p, 1))
     return slow, mean
 

@@ -144,7 +144,7 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
             comps[k] = comps.get(k, 0.0) + v
     tot = lambda c: sum(c[k] for k in c)  # noqa: E731
     t_first, t_mid, t_last = tot(first), tot(mid), tot(last)
-    slow, mean = pipeline.stage_mix(x, t_first, t_mid, t_last)
+    slow, mean = pipeline.stage_mix(x, t_first, t_mid, t_last, model.num_layers)
     pipe = pipeline.pipeline_s(x, slow, mean)
     # Components of the slowest stage make up the steady state.
     is_last = (t_last >= t_first) & ((x.pp <= 2) | (t_last >= t_mid))
@@ -160,7 +160,7 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
                      memory.stage_params(model, x, "last") - psi_e["last"])
     psi_e = np.maximum(np.maximum(psi_e["first"], psi_e["last"]), np.where(x.pp > 2, psi_e["middle"], 0.0))
     layers_slow = np.where(is_last, x.last, np.where(is_mid, x.mid, x.first))
-    dp = comm.dp_step_s(psi, x, cluster)
+    dp = dp_dense = comm.dp_step_s(psi, x, cluster)
     edp = dispatch.expert_dp_step_s(psi_e, x, cluster)
     dp = {"grad_s": dp["grad_s"] + edp["grad_s"], "param_s": dp["param_s"] + edp["param_s"]}
     # Overlap window: the compute of the stage with the most layers (whose gradients are the
@@ -169,23 +169,9 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
     layers_most = np.maximum(np.maximum(x.first, x.last), np.where(x.pp > 2, x.mid, 0))
     fwd_mb = layers_most * lt["compute_fwd_s"]
     bwd_mb = layers_most * lt["compute_bwd_s"]
-    z = x.zero
-    grad_per_mb = z >= 2
-    param_per_mb = z >= 3
-    hide = eff.dp_overlap
-    grad_exp = np.where(
-        x.ovl_grad,
-        np.where(grad_per_mb, m * np.maximum(0.0, dp["grad_s"] / m - hide * bwd_mb),
-                 np.maximum(0.0, dp["grad_s"] - hide * bwd_mb)),
-        dp["grad_s"],
-    )
-    param_exp = np.where(
-        x.ovl_param,
-        np.where(param_per_mb, m * np.maximum(0.0, dp["param_s"] / m - hide * fwd_mb),
-                 np.maximum(0.0, dp["param_s"] - hide * fwd_mb)),
-        dp["param_s"],
-    )
-    out["dp_comm_s"] = grad_exp + param_exp
+    extra = {k: dp[k] - dp_dense[k] for k in ("grad_s", "param_s")}  # the expert layers' (MoE), if any
+    exposed = comm.dp_exposed_s(dp_dense, x, fwd_mb, bwd_mb, eff.dp_overlap, extra)
+    out["dp_comm_s"] = exposed["grad_s"] + exposed["param_s"]
     out["optimizer_s"] = compute.optimizer_s(psi, cluster, x) + dispatch.expert_optimizer_s(psi_e, cluster=cluster, x=x)
     out["optimizer_s"] = out["optimizer_s"] + compute.weight_cast_s(psi + psi_e, cluster, x)  # issue 12
     out["overhead_s"] = np.full(len(x), eff.step_overhead_s)
