@@ -144,6 +144,13 @@ class ModelSpec(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
+    def _no_bool_numbers(cls, data):
+        from plan_search.models.io import refuse_bools
+
+        return refuse_bools(cls, data)  # a boolean is not a count (pydantic's lax mode takes True as 1)
+
+    @model_validator(mode="before")
+    @classmethod
     def _fill_derived(cls, data):
         """Fill the defaulted shape fields in one place, before validation freezes the object."""
         if not isinstance(data, dict):

@@ -90,6 +90,13 @@ _MANAGED = ("model", "gpu", "tokens", "deadline_days", "global_batch", "seq_len"
 class _Doc(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data):
+        from plan_search.models.io import refuse_bools
+
+        return refuse_bools(cls, data)  # "gpus": [true] is not one GPU
+
 
 # ------------------------------------------------------------------ input documents
 class Capacity(_Doc):

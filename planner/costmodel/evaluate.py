@@ -105,10 +105,14 @@ def evaluate(
     out["data_loading_ok"] = read_s <= step_s
     ckpt_s = counting.total_params(model) * CHECKPOINT_BYTES_PER_PARAM / (cluster.storage_write_gbps * 1e9)
     out["checkpoint_write_s"] = np.full(len(x), ckpt_s)
-    out["checkpoint_overhead_fraction"] = np.full(len(x), ckpt_s / (checkpoint_interval_h * 3600.0))
+    # Every interval I of training is followed by one blocking write of w seconds: the run is
+    # train x (1 + w/I), of which the writes are the share (w/I) / (1 + w/I) = w / (I + w) -- what
+    # "of the run" means (w / I is the growth over the training time, not a share of the run).
+    ckpt_growth = ckpt_s / (checkpoint_interval_h * 3600.0)
+    out["checkpoint_overhead_fraction"] = np.full(len(x), ckpt_growth / (1.0 + ckpt_growth))
     if tokens:
         steps = np.ceil(tokens / tokens_per_step)
-        run_s = steps * np.maximum(step_s, read_s) * (1.0 + ckpt_s / (checkpoint_interval_h * 3600.0))
+        run_s = steps * np.maximum(step_s, read_s) * (1.0 + ckpt_growth)
         hours = run_s / 3600.0
         out["steps"] = steps
         out["days"] = hours / 24.0

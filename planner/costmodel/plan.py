@@ -161,6 +161,13 @@ class Plan(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
+    def _no_bool_numbers(cls, data):
+        from plan_search.models.io import refuse_bools
+
+        return refuse_bools(cls, data)  # a boolean is not a count (pydantic's lax mode takes True as 1)
+
+    @model_validator(mode="before")
+    @classmethod
     def _fill_dp(cls, data):
         if isinstance(data, dict) and data.get("dp") is None:
             try:
