@@ -201,3 +201,28 @@ def test_bf16_layers_rules():
     with pytest.raises(InputError, match="bf16_layers: 99 exceeds num_layers 32"):
         ps.estimate("llama3.1-8b", "b200", dict(num_gpus=8, global_batch=8, seq_len=4096, precision="nvfp4",
                                                 bf16_layers=99))
+
+
+@pytest.mark.parametrize("precision, flags", [
+    ("fp8", ["--fp8-format", "hybrid", "--fp8-recipe", "delayed", "--fp8-param-gather"]),
+    ("fp8-current", ["--fp8-recipe", "tensorwise", "--first-last-layers-bf16", "--num-layers-at-start-in-bf16", "1",
+                     "--num-layers-at-end-in-bf16", "1"]),
+    ("mxfp8", ["--fp8-format", "e4m3", "--fp8-recipe", "mxfp8", "--fp8-param-gather"]),
+    ("nvfp4", ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4", "--num-layers-at-end-in-bf16", "11"]),
+])
+def test_megatron_emits_each_recipe_and_reads_it_back(precision, flags):
+    """The recipe reaches the launch flags (Megatron-LM arguments.py names), and the flags read back
+    to a plan with the same estimate; a framework whose emitter lacks the recipe refuses it."""
+    from plan_search.planner.frameworks import emit as E
+
+    m = get_model("llama3.1-70b")
+    p = ps.Plan(num_gpus=64, tp=8, pp=2, global_batch=128, seq_len=8192, precision=precision)
+    args = E.to_megatron_args(p, m, get_cluster("b200"))
+    text = " ".join(args)
+    assert " ".join(flags) in text or all(f in args for f in flags)
+    q = E.from_megatron_args(args, 64)
+    assert q.precision == precision and q.lowp_params == p.lowp_params
+    assert ps.estimate(m, "b200", q).step_time_s == ps.estimate(m, "b200", p).step_time_s
+    if precision != "fp8":
+        with pytest.raises(InputError, match=rf"nemo: nemo-precision: .*\(precision {precision}\)"):
+            E.to_nemo_overrides(p, m, get_cluster("b200"))

@@ -108,14 +108,40 @@ def megatron_parallel_args(p: Plan, num_layers: int) -> list[str]:
     else:
         a.append("--bf16")
         a.append("--accumulate-allreduce-grads-in-fp32" if p.fp32_grads else "--grad-reduce-in-bf16")
-        if p.precision == "fp8":
-            a += ["--fp8-format", "hybrid", "--fp8-recipe", "delayed"]
+        a += megatron_precision_args(p, num_layers)
     if p.overlap_grad_reduce:
         a.append("--overlap-grad-reduce")
     if p.overlap_param_gather:
         a.append("--overlap-param-gather")
     if p.overlap_tp_comm:
         a.append("--tp-comm-overlap")
+    return a
+
+
+#: Plan precision recipe -> Megatron-LM flags (arguments.py _add_transformer_engine_args:
+#: --fp8-recipe delayed|tensorwise|mxfp8, --fp4-format e2m1 --fp4-recipe nvfp4).
+_MEGATRON_RECIPES = {"fp8": ["--fp8-format", "hybrid", "--fp8-recipe", "delayed"],
+                     "fp8-delayed": ["--fp8-format", "hybrid", "--fp8-recipe", "delayed"],
+                     "fp8-current": ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"],
+                     "mxfp8": ["--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"],
+                     "nvfp4": ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]}
+
+
+def megatron_precision_args(p: Plan, num_layers: int) -> list[str]:
+    """The low-precision recipe's flags (issue 12): the recipe, its bf16 layers (the first one and the
+    rest at the end, --first-last-layers-bf16) and --fp8-param-gather for ``lowp_params``."""
+    from plan_search.planner.costmodel.plan import bf16_layers_of
+
+    a = list(_MEGATRON_RECIPES.get(p.precision, []))
+    if not a:
+        return a
+    n = bf16_layers_of(p.precision, p.bf16_layers, num_layers)
+    if n:
+        start = 1 if n >= 2 else 0
+        a += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", str(start),
+              "--num-layers-at-end-in-bf16", str(n - start)]
+    if p.lowp_params and p.precision != "nvfp4":
+        a.append("--fp8-param-gather")
     return a
 
 
@@ -262,8 +288,25 @@ def from_megatron_args(args: Sequence[str], num_gpus: int) -> Plan:
             raise InputError("megatron: --recompute-method uniform with --recompute-num-layers > 1 is not a plan "
                              "(the plan recomputes each layer, or k layers per stage with block)")
     precision = "fp16" if ns.fp16 else "bf16"
-    if ns.fp8_format:
-        precision = "fp8"
+    bf16_layers, lowp_params = None, True
+    if ns.fp8_format or ns.fp4_format:
+        recipe = "nvfp4" if ns.fp4_format else (ns.fp8_recipe or "delayed")
+        names = {"delayed": "fp8", "tensorwise": "fp8-current", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
+        if recipe not in names:
+            raise InputError(f"megatron: --fp8-recipe {recipe} is not a plan recipe; plans run delayed, "
+                             "tensorwise, mxfp8 or nvfp4")
+        precision = names[recipe]
+        if ns.first_last_layers_bf16:
+            start = 1 if ns.num_layers_at_start_in_bf16 is None else ns.num_layers_at_start_in_bf16
+            bf16_layers = start + (1 if ns.num_layers_at_end_in_bf16 is None else ns.num_layers_at_end_in_bf16)
+        elif precision in ("fp8-current", "nvfp4"):
+            bf16_layers = 0  # the recipe's default keeps some in bf16; these flags keep none
+        if bf16_layers is not None and ns.num_layers:
+            from plan_search.planner.costmodel.plan import bf16_layers_of
+
+            if bf16_layers == bf16_layers_of(precision, None, ns.num_layers):
+                bf16_layers = None  # the recipe's default
+        lowp_params = bool(ns.fp8_param_gather) or precision == "nvfp4"
     if precision == "fp16":
         fp32_grads = bool(ns.accumulate_allreduce_grads_in_fp32)
     else:
@@ -280,7 +323,8 @@ def from_megatron_args(args: Sequence[str], num_gpus: int) -> Plan:
         num_gpus=num_gpus, tp=tp, pp=pp, cp=cp, vpp=vpp, zero=zero, micro_batch=ns.micro_batch_size,
         global_batch=ns.global_batch_size, seq_len=ns.seq_length, recompute=recompute, recompute_layers=rc_layers,
         sequence_parallel=bool(ns.sequence_parallel) and tp > 1, flash_attention=backend not in ("unfused", "local"),
-        precision=precision, fp32_grads=fp32_grads, overlap_grad_reduce=bool(ns.overlap_grad_reduce),
+        precision=precision, bf16_layers=bf16_layers, lowp_params=lowp_params, fp32_grads=fp32_grads,
+        overlap_grad_reduce=bool(ns.overlap_grad_reduce),
         overlap_param_gather=bool(ns.overlap_param_gather), overlap_tp_comm=bool(ns.tp_comm_overlap),
         first_stage_layers=ns.decoder_first_pipeline_num_layers, last_stage_layers=ns.decoder_last_pipeline_num_layers,
     )

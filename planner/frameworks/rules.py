@@ -128,8 +128,10 @@ def rank_layers(p: Plan, num_layers: int) -> list[int]:
 
 
 def _fp8_gpu(p: Plan, cluster) -> Optional[str]:
-    if p.precision == "fp8" and cluster is not None and "fp8" not in cluster.gpu.peak_tflops:
-        return f"{cluster.gpu.name} has no FP8 tensor cores"
+    from plan_search.planner.costmodel.compute import supports_precision  # issue 12: every recipe
+
+    if cluster is not None and not supports_precision(cluster, p.precision):
+        return f"{cluster.gpu.name} has no tensor cores for {p.precision}"
     return None
 
 
@@ -537,6 +539,11 @@ def check(framework: str, plan: Plan, model: ModelSpec, cluster=None) -> list[Vi
                                lambda p, m, c: None), str(exc))]
     p = normalize(fw, plan, model.num_layers)
     out = []
+    caps = _CAPS[fw]
+    if p.precision not in caps.precision:  # issue 12: recipes the framework's emitter cannot express
+        out.append(Violation(Rule(f"{fw}-precision", fw, f"runs the precision recipes {', '.join(caps.precision)}",
+                                  "planner/frameworks/rules.py _CAPS", lambda p, m, c: None),
+                             f"precision {p.precision}"))
     for r in RULES[fw]:
         detail = r.test(p, model, cluster)
         if detail:
@@ -694,7 +701,8 @@ class Capabilities:
 _CAPS = {
     "megatron": Capabilities(
         "megatron", VERSIONS["megatron"], zero=(0, 1, 2, 3), zero_with_pp=(0, 1),
-        recompute=("none", "selective", "full", "partial"), precision=("bf16", "fp16", "fp8"),
+        recompute=("none", "selective", "full", "partial"),
+        precision=("bf16", "fp16", "fp8", "fp8-delayed", "fp8-current", "mxfp8", "nvfp4"),
         tensor_parallel=True, pipeline_parallel=True, context_parallel=True, virtual_pipeline=True,
         uneven_stages=True, sequence_parallel=(True, False), decides=("overlap_tp_comm", "overlap_param_gather"),
         notes=("fp8 needs a GPU with FP8 tensor cores", "no ALiBi models")),
