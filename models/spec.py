@@ -13,9 +13,9 @@ Terms used throughout the project (they follow Narayanan et al. 2021 and Korthik
   ``swiglu`` / ``geglu`` (gated) MLPs have three (``3*h*f``).
 - Mixture of experts: ``num_experts`` (E) routed experts, ``experts_per_token`` (k) of them used by
   each token, each an MLP of width ``expert_ffn_hidden_size``; ``num_shared_experts`` always-on
-  experts of width ``shared_expert_ffn_hidden_size``; the first ``first_dense_layers`` layers and
-  layer ``i >= first_dense_layers`` is MoE when ``(i - first_dense_layers) % moe_layer_freq == 0``,
-  every other layer is a dense MLP of width ``f`` (Llama 4 Maverick: 1 and 2 -> layers 1, 3, 5 ...).
+  experts of width ``shared_expert_ffn_hidden_size``. Layer ``i`` is MoE when
+  ``i >= first_dense_layers`` and ``(i - first_dense_layers) % moe_layer_freq == 0``; every other
+  layer has a dense MLP of width ``f`` (Llama 4 Maverick: 1 and 2 -> MoE layers 1, 3, 5 ...).
   Routing: ``router_score`` (softmax/sigmoid), ``router_bias`` (a trained bias in the router
   linear, GPT-OSS), ``router_expert_bias`` (DeepSeek-V3's aux-loss-free balancing bias, updated
   outside backprop), node/group-limited routing (``router_num_groups``, ``router_group_topk``),
