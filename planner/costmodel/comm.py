@@ -45,20 +45,29 @@ REDUCE_SCATTER = 1.0
 ALL_GATHER = 1.0
 
 
+_DIVISOR_CACHE: dict[tuple[int, int], int] = {}
+
+
 def _largest_divisor_at_most(n, cap):
     """Elementwise: the largest divisor of ``n`` that is at most ``cap`` (both >= 1)."""
     n = np.asarray(n, dtype=np.int64)
     cap = np.minimum(np.maximum(np.asarray(cap, dtype=np.int64), 1), n)
     n, cap = np.broadcast_arrays(n, cap)
+    slow = (n % cap) != 0
+    if not slow.any():
+        return cap.copy()
     out = cap.copy()
-    slow = (n % np.maximum(cap, 1)) != 0
-    if slow.any():
-        pairs, inv = np.unique(np.stack([n[slow], cap[slow]], axis=1), axis=0, return_inverse=True)
-        best = np.empty(len(pairs), dtype=np.int64)
-        for i, (nn, cc) in enumerate(pairs):
-            best[i] = next(d for d in range(int(cc), 0, -1) if nn % d == 0)
-        out = out.copy()
-        out[slow] = best[np.ravel(inv)]
+    ns, cs = n[slow], cap[slow]
+    keys = ns * (int(cs.max()) + 1) + cs  # one int64 key per (n, cap) pair
+    uniq, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+    best = np.empty(len(uniq), dtype=np.int64)
+    for i, j in enumerate(first):
+        nn, cc = int(ns[j]), int(cs[j])
+        b = _DIVISOR_CACHE.get((nn, cc))
+        if b is None:
+            b = _DIVISOR_CACHE[(nn, cc)] = next(d for d in range(cc, 0, -1) if nn % d == 0)
+        best[i] = b
+    out[slow] = best[np.ravel(inv)]
     return out
 
 
@@ -69,10 +78,11 @@ def domain_share(num_gpus, cluster: ClusterSpec):
     if num_gpus is None or d <= host:
         return np.asarray(d, dtype=np.int64)
     n = np.asarray(num_gpus, dtype=np.int64)
+    uniq, inv = np.unique(n, return_inverse=True)  # few GPU counts among many candidates
     # largest multiple of the host size dividing the job and fitting in the domain
-    trays = _largest_divisor_at_most(np.maximum(n // host, 1), d // host) * host
-    fits_whole = (n % host) == 0
-    return np.where(n <= d, n, np.where(fits_whole, trays, d))
+    trays = _largest_divisor_at_most(np.maximum(uniq // host, 1), d // host) * host
+    share = np.where(uniq <= d, uniq, np.where(uniq % host == 0, trays, d))
+    return share[np.reshape(inv, n.shape)]
 
 
 def members_per_domain(stride, size, cluster: ClusterSpec, num_gpus=None):

@@ -115,6 +115,10 @@ def _gemm_s(tokens, k, n, cluster: ClusterSpec, fp8):
     gpu, e = cluster.gpu, cluster.efficiency
     flops = 2.0 * tokens * k * n
     peak_bf16 = gpu.peak("bf16") * 1e12
+    if not np.any(fp8):  # all 16-bit (the common case of a search): no recipe tables
+        eff = gemm_efficiency(np.minimum(k, n), cluster)
+        traffic = (k * n + tokens * (k + n)) * BF16_BYTES
+        return np.maximum(flops / (peak_bf16 * eff), traffic / (gpu.hbm_bandwidth_gbps * 1e9 * e.hbm_eff))
     peaks = np.array([peak_bf16] + [gpu.peak_tflops.get(RECIPES[c]["peak"], gpu.peak("bf16")) * 1e12
                                     for c in range(1, len(RECIPES))])
     code = np.clip(np.asarray(fp8), 0, len(RECIPES) - 1)
@@ -148,6 +152,8 @@ def layer_gemm_fwd_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
 
     low = linears(x.fp8)
     f = np.where(x.fp8 > 0, x.bf16_frac, 0.0)
+    if not np.any(f):
+        return low
     return np.where(f > 0, (1.0 - f) * low + f * linears(np.zeros_like(x.fp8)), low)
 
 
@@ -208,6 +214,8 @@ def gemm_input_bytes(x: PlanArrays):
     """Bytes per element of a GEMM input kept for the backward: bf16 (2), or the recipe's quantized
     copy (Transformer Engine saves the quantized input: FP8 1, MXFP8 1 + 1/32, NVFP4 0.5 + 1/16),
     averaged with the layers kept in bf16."""
+    if not np.any(x.fp8):
+        return BF16_BYTES
     f = np.where(x.fp8 > 0, x.bf16_frac, 1.0)
     return (1.0 - f) * _recipe_table("elem_bytes", x.fp8) + f * BF16_BYTES
 
