@@ -131,7 +131,11 @@ class EfficiencySpec(_Frozen):
       Default 1.0, not fitted: at equal sizes cuBLASLt reaches about the same fraction of peak in
       FP8 as in BF16 (8192^3 E4M3 GEMM on H100 SXM: 1609 TFLOP/s = 81% of 1979; cuBLASLt FP8
       cross-check report, 2026-05-24, gitea.d-robotics.cc test_gpu_scripts); the casts and
-      transposes FP8 adds are priced as memory-bound work (``planner.compute.fp8_cast_bytes``).
+      transposes FP8 adds are priced as memory-bound work (``planner.costmodel.compute.lowp_cast_bytes``).
+      The same ratio applies to MXFP8 and NVFP4 GEMMs at their peaks (not fitted: no published
+      FP4/MX GEMM efficiency in the calibration data; Megatron-Bridge's GB200/GB300 Llama-3-70B SFT
+      rows run MXFP8 7-10% slower than per-tensor FP8 at the same plan, which this ratio does not
+      represent).
     - ``attention_eff``: fraction of the bf16 peak FlashAttention kernels reach on the attention
       products. Default 0.33, a cited prior, not fitted: FlashAttention-2 forward, causal, head
       dim 128, seq 8K on H100 SXM5 runs at 333 TFLOP/s (Shah et al. 2024, FlashAttention-3,
