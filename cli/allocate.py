@@ -109,6 +109,11 @@ def format_table(res) -> str:
     s = res.solver
     proven = "proven optimal" if s.proven_optimal else (
         "NOT proven optimal (" + ("a search hit its time limit" if not s.searches_proven else "time limit") + ")")
+    if s.time_limited_jobs:
+        names = ", ".join(s.time_limited_jobs[:5]) + (f" and {len(s.time_limited_jobs) - 5} more"
+                                                      if len(s.time_limited_jobs) > 5 else "")
+        lines += _wrap(f"time limit: the searches of {len(s.time_limited_jobs)} job(s) were stopped or skipped "
+                       f"({names}): their options may be incomplete; raise --time-limit", first="")
     how = ("the greedy start (CP-SAT found nothing better within the time limit)" if s.status == "greedy"
            else f"CP-SAT {s.status}")
     lines += _wrap(f"solver: {how} over {s.options} options, tiers {' > '.join(s.tiers)}; "
@@ -129,7 +134,8 @@ SCHEMAS = ("pool", "jobs", "result")
 @click.option("--allow-unscheduled", is_flag=True, default=False,
               help="jobs may be left out when the pool cannot hold them all (fewest weight left out first)")
 @click.option("--time-limit", type=float, default=10.0, show_default=True,
-              help="seconds for the CP-SAT allocation (each job's search has its own, time_limit_s)")
+              help="seconds for the whole allocation: the jobs' searches (70%, each at most its own "
+              "time_limit_s) and the CP-SAT solve (the rest)")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"], case_sensitive=False), default="table",
               show_default=True, help="output format")
 @click.option("--schema", type=click.Choice(SCHEMAS), default=None,

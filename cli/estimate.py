@@ -68,10 +68,40 @@ def _knobs_line(p, num_layers: int) -> str:
                                       ("tp-comm", p.overlap_tp_comm)) if on]
     bits = [f"grad-accum {p.grad_accum}", f"{'fp32' if p.fp32_grads else 'half-precision'} grads",
             f"overlap: {', '.join(overlaps) if overlaps else 'none'}"]
-    if p.pp > 1 and (p.first_stage_layers is not None or p.last_stage_layers is not None):
-        f, mid, la = p.stage_layers(num_layers)
-        bits.append(f"layers/stage {f}|{mid}|{la}")
+    if p.pp > 1:
+        bits.append(f"pipeline split {split_text(p, num_layers)}")
+    if p.dp > 1 and p.zero >= 1:
+        per = "every micro-batch" if p.grad_reduce_per_microbatch() else "once per step"
+        shard = f"shard groups of {p.dp_shard} x {p.dp // p.dp_shard} replicas" if p.dp_shard and p.dp_shard < p.dp \
+            else f"sharded over dp {p.dp}"
+        bits.append(f"ZeRO-{p.zero} {shard}, gradients reduced {per}"
+                    + ("" if p.zero != 3 else "; params resharded after forward" if p.reshard_after_forward
+                       else "; params kept gathered after forward"))
     return "; ".join(bits)
+
+
+def split_text(p, num_layers: int) -> str:
+    """The pipeline split as printed: layers per stage, runs of equal stages collapsed
+    (``7|8x14|7``), and what decided it (even, balanced uneven, given, embedding/loss counted)."""
+    s = p.split(num_layers)
+    runs: list[list[int]] = []
+    for n in s:
+        if runs and runs[-1][0] == n:
+            runs[-1][1] += 1
+        else:
+            runs.append([n, 1])
+    text = "|".join(f"{n}x{k}" if k > 1 else f"{n}" for n, k in runs)
+    if p.first_stage_layers is not None or p.last_stage_layers is not None:
+        how = "first/last stage layers given"
+    elif p.account_for_embedding_in_pipeline_split or p.account_for_loss_in_pipeline_split:
+        what = " and ".join(w for w, on in (("embedding", p.account_for_embedding_in_pipeline_split),
+                                            ("loss", p.account_for_loss_in_pipeline_split)) if on)
+        how = f"{what} counted as a layer"
+    elif num_layers % p.pp:
+        how = f"balanced: {p.pp} does not divide {num_layers}"
+    else:
+        how = "even"
+    return f"{text} layers ({how})"
 
 
 def _num(x: float, digits: int = 0) -> str:
@@ -315,7 +345,9 @@ def main(model_ref: str, gpu_ref: str, num_gpus: int, dp: int | None, global_bat
     if not math.isfinite(memory_headroom):
         raise InputError(f"memory_headroom: {memory_headroom} must be in [0, 1)")
     model = resolve_model(model_ref)
-    base = resolve_cluster(gpu_ref)
+    from plan_search.hardware.profiles import for_framework
+
+    base = for_framework(resolve_cluster(gpu_ref), framework)  # the framework's kernel-efficiency profile
     cluster = apply_overrides(base, sets)
     overrides = describe_overrides(sets, base) if sets else []
     knobs = collect(knob_args, multi=False)

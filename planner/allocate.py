@@ -81,6 +81,11 @@ USD_QUANTUM = 0.01
 SCALE_BITS = 40
 MAX_JOBS = 1000
 MAX_TYPES = 32
+#: Share of :func:`allocate`'s time limit the searches may take; the CP-SAT solve gets the rest.
+SEARCH_SHARE = 0.7
+#: A search or a solve is not started with less time than this (seconds).
+MIN_SEARCH_S = 0.05
+MIN_SOLVE_S = 0.05
 
 #: SearchRequest fields a job sets itself (or the allocator does); not allowed under ``search:``.
 _MANAGED = ("model", "gpu", "tokens", "deadline_days", "global_batch", "seq_len", "max_gpus", "min_gpus",
@@ -274,6 +279,8 @@ class SolverInfo(_Doc):
                         "limit stopped the first tier: the greedy start, see planner.allocate.greedy)")
     proven_optimal: bool = Field(description="every tier proven optimal and every job's search proven")
     searches_proven: bool
+    time_limited_jobs: list[str] = Field(default_factory=list, description="jobs whose search on some type the "
+                                         "time limit stopped or skipped: their options may be incomplete")
     tiers: list[str]
     tier_values: list[int] = Field(description="the integer optimum of each tier (see scaling)")
     options: int
@@ -352,6 +359,7 @@ class JobEntry:
     options: list[Option]  # within the deadline: what the solver chooses from
     reason: str | None = None  # why there is no option (set when options is empty)
     fastest: Option | None = None  # fastest option before the deadline cut
+    cut: list[str] = field(default_factory=list)  # types whose search the time limit stopped or skipped
 
 
 @dataclass
@@ -382,11 +390,15 @@ def resolve_pool(pool: Pool) -> dict[str, tuple[str, TypeCap]]:
     return out
 
 
-def job_options(job: Job, types: dict[str, tuple[str, TypeCap]], cache: dict | None = None
-                ) -> tuple[JobEntry, float, bool]:
+def job_options(job: Job, types: dict[str, tuple[str, TypeCap]], cache: dict | None = None,
+                until: float = math.inf) -> tuple[JobEntry, float, bool]:
     """Every option of ``job`` on the pool's types (the per-type fronts, see the module doc),
     the seconds spent searching and whether every search was proven optimal. ``cache`` maps a
-    request's JSON to its result (or its NoFeasiblePlan), so equal searches run once."""
+    request's JSON to its result (or its NoFeasiblePlan), so equal searches run once.
+
+    ``until`` (a ``time.perf_counter()`` instant) bounds the searches: each gets the time left
+    (or its own ``time_limit_s`` when shorter); a type not searched before it, or whose search
+    the time limit stopped with nothing found, is recorded in the entry's ``cut``."""
     cache = {} if cache is None else cache
     from plan_search.hardware.resolve import resolve_cluster
     from plan_search.models.io import InputError
@@ -413,10 +425,17 @@ def job_options(job: Job, types: dict[str, tuple[str, TypeCap]], cache: dict | N
                 missing.append(name)
     options: list[Option] = []
     why: list[str] = [f"{m}: not in the pool" for m in missing]
+    cut: list[str] = []
     t0 = time.perf_counter()
     proven = True
     for name in allowed:
         ref, cap = types[name]
+        left = until - time.perf_counter()
+        if left <= MIN_SEARCH_S:
+            cut.append(name)
+            why.append(f"{name}: not searched (the time limit ran out)")
+            proven = False
+            continue
         hi = cap.gpu_cap if job.max_gpus is None else min(cap.gpu_cap, job.max_gpus)
         if hi <= 0:
             why.append(f"{name}: no free GPUs")
@@ -435,6 +454,9 @@ def job_options(job: Job, types: dict[str, tuple[str, TypeCap]], cache: dict | N
         for key in ("global_batch", "seq_len"):
             if getattr(job, key) is not None:
                 fields[key] = getattr(job, key)
+        own = fields.get("time_limit_s")
+        own = own if isinstance(own, (int, float)) and not isinstance(own, bool) else 10.0
+        fields["time_limit_s"] = max(MIN_SEARCH_S, min(own, left))
         try:
             req = SearchRequest(**fields)
         except ValueError as exc:
@@ -443,7 +465,7 @@ def job_options(job: Job, types: dict[str, tuple[str, TypeCap]], cache: dict | N
 
             msg = validation_message(exc) if isinstance(exc, ValidationError) else str(exc)
             raise InputError(f"job {job.name}: search: {msg}") from None
-        key = req.model_dump_json()
+        key = req.model_copy(update={"time_limit_s": 0.0}).model_dump_json()  # the same search, any budget
         if key not in cache:
             try:
                 cache[key] = search(req, model=spec)
@@ -453,7 +475,13 @@ def job_options(job: Job, types: dict[str, tuple[str, TypeCap]], cache: dict | N
                 raise InputError(f"job {job.name} on {name}: {_short(exc, 400)}") from None
         res = cache[key]
         if isinstance(res, NoFeasiblePlan):
-            why.append(f"{name}: {_short(res)}")
+            if res.reason in ("time_limit", "max_candidates"):
+                cut.append(name)
+                proven = False
+                why.append(f"{name}: its search was stopped by the {res.reason.replace('_', ' ')} before a plan "
+                           "was found")
+            else:
+                why.append(f"{name}: {_short(res)}")
             continue
         proven = proven and res.stats.proven_optimal
         for fp in res.front:
@@ -461,14 +489,20 @@ def job_options(job: Job, types: dict[str, tuple[str, TypeCap]], cache: dict | N
                                   days=fp.days, cost_usd=fp.cost_usd, plan=fp.plan, step_time_s=fp.step_time_s,
                                   mfu=fp.mfu, memory_gib=fp.memory_gib))
     dt = time.perf_counter() - t0
-    return make_entry(job.name, job.effective_weight, job.deadline_days, options, why), dt, proven
+    entry = make_entry(job.name, job.effective_weight, job.deadline_days, options, why, cut)
+    return entry, dt, proven
 
 
 def make_entry(name: str, weight: float, deadline_days: float | None, options: list[Option],
-               why: list[str] = ()) -> JobEntry:
-    """A job's entry: its options within the deadline, and the reason when there are none."""
+               why: list[str] = (), cut: list[str] = ()) -> JobEntry:
+    """A job's entry: its options within the deadline, and the reason when there are none
+    (``cut``: the types the time limit kept from being searched to the end)."""
     if not options:
         detail = "; ".join(why) if why else "no GPU type to try"
+        if cut:
+            return JobEntry(name, weight, deadline_days, [], f"not planned: the time limit stopped its search on "
+                            f"{', '.join(cut)} before a plan was found; raise --time-limit (time_limit_s) "
+                            f"({detail})", cut=list(cut))
         return JobEntry(name, weight, deadline_days, [], f"no type allowed has a plan that fits ({detail})")
     fastest = min(options, key=lambda o: (o.days, o.cost_usd, o.num_gpus))
     kept = options if deadline_days is None else [o for o in options if o.days <= deadline_days]
@@ -476,19 +510,25 @@ def make_entry(name: str, weight: float, deadline_days: float | None, options: l
     if not kept:
         reason = (f"misses its deadline: its fastest option in the pool takes {fastest.days:.2f} days "
                   f"({fastest.num_gpus} x {fastest.gpu}) against a deadline of {deadline_days:g} days")
-    return JobEntry(name, weight, deadline_days, kept, reason, fastest)
+    return JobEntry(name, weight, deadline_days, kept, reason, fastest, cut=list(cut))
 
 
-def build_problem(pool: Pool, jobs: Jobs) -> Problem:
-    """Resolve the pool, search every job on every type it allows (the options)."""
+def build_problem(pool: Pool, jobs: Jobs, until: float = math.inf) -> Problem:
+    """Resolve the pool, search every job on every type it allows (the options), the searches
+    ending by ``until`` (a ``time.perf_counter()`` instant; see :func:`job_options`)."""
     types = resolve_pool(pool)
-    entries, total, proven, cache = [], 0.0, True, {}
-    for job in jobs.jobs:
-        e, dt, pr = job_options(job, types, cache)
-        entries.append(e)
+    entries: dict[int, JobEntry] = {}
+    total, proven, cache = 0.0, True, {}
+    # the heaviest jobs are searched first: when the time limit cuts the searches short, the jobs
+    # left unsearched are the least important ones (and are reported)
+    order = sorted(range(len(jobs.jobs)), key=lambda i: (-jobs.jobs[i].effective_weight, i))
+    for i in order:
+        e, dt, pr = job_options(jobs.jobs[i], types, cache, until)
+        entries[i] = e
         total += dt
         proven = proven and pr
-    return Problem(types={k: v[1] for k, v in types.items()}, jobs=entries, search_s=total, searches_proven=proven)
+    return Problem(types={k: v[1] for k, v in types.items()}, jobs=[entries[i] for i in range(len(jobs.jobs))],
+                   search_s=total, searches_proven=proven)
 
 
 # ------------------------------------------------------------------ integer terms
@@ -668,7 +708,9 @@ def solve(problem: Problem, objective: str = "weighted-completion", *, allow_uns
     jobs = problem.jobs
     n_opts = sum(len(j.options) for j in jobs)
     if n_opts == 0:
-        raise AllocationInfeasible("no job has an option: " + "; ".join(f"{j.name}: {j.reason}" for j in jobs))
+        shown = "; ".join(f"{j.name}: {_short(j.reason, 300)}" for j in jobs[:3])
+        more = f"; and {len(jobs) - 3} more jobs" if len(jobs) > 3 else ""
+        raise AllocationInfeasible(f"no job has an option: {shown}{more}")
     am = build_model(problem, terms, tiers, allow_unscheduled)
     start = greedy(problem, terms, tiers)
     _hint(am, start)
@@ -705,7 +747,8 @@ def solve(problem: Problem, objective: str = "weighted-completion", *, allow_uns
         "makespan": "ordinal rank of days among all options (exact)",
     }
     info = dict(status=status, proven_optimal=proven and problem.searches_proven,
-                searches_proven=problem.searches_proven, tiers=list(tiers), tier_values=values, options=n_opts,
+                searches_proven=problem.searches_proven, time_limited_jobs=[j.name for j in jobs if j.cut],
+                tiers=list(tiers), tier_values=values, options=n_opts,
                 scaling=scaling, search_s=problem.search_s, solve_s=solve_s)
     return pack_result(problem, choice, objective, allow_unscheduled, info)
 
@@ -773,12 +816,24 @@ def allocate(pool: Pool | dict, jobs: Jobs | dict | list, *, objective: str = "w
              allow_unscheduled: bool = False, time_limit_s: float = 10.0) -> AllocationResult:
     """Place ``jobs`` on ``pool`` (documents or their dicts; a list is the jobs). Every job is
     searched on every type it allows (``planner.search``), then CP-SAT picks the options."""
-    p = pool if isinstance(pool, Pool) else Pool.model_validate(pool)
-    if isinstance(jobs, list):
-        jobs = {"jobs": jobs}
-    js = jobs if isinstance(jobs, Jobs) else Jobs.model_validate(jobs)
-    if not (0 < time_limit_s <= 86_400) or not math.isfinite(time_limit_s):
-        raise ValueError(f"time_limit_s: {time_limit_s} must be in (0, 86400]")
-    tiers_of(objective, allow_unscheduled)
-    problem = build_problem(p, js)
-    return solve(problem, objective, allow_unscheduled=allow_unscheduled, time_limit_s=time_limit_s)
+    from pydantic import ValidationError
+
+    from plan_search.models.io import InputError, short_repr, validation_message
+
+    t0 = time.perf_counter()
+    if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float)) \
+            or not (math.isfinite(time_limit_s) and 0 < time_limit_s <= 86_400):
+        raise InputError(f"time_limit_s: {short_repr(time_limit_s)} must be a number of seconds in (0, 86400]")
+    if not isinstance(objective, str) or objective not in OBJECTIVE_TIERS:
+        raise InputError(f"objective: {short_repr(objective)} is not one of {', '.join(OBJECTIVES)}")
+    try:
+        p = pool if isinstance(pool, Pool) else Pool.model_validate(pool)
+        if isinstance(jobs, list):
+            jobs = {"jobs": jobs}
+        js = jobs if isinstance(jobs, Jobs) else Jobs.model_validate(jobs)
+    except ValidationError as exc:
+        raise InputError(validation_message(exc, "allocate")) from None
+    # one time limit for the whole allocation: the searches get SEARCH_SHARE of it, the solve the rest
+    problem = build_problem(p, js, until=t0 + SEARCH_SHARE * time_limit_s)
+    left = max(t0 + time_limit_s - time.perf_counter(), MIN_SOLVE_S)
+    return solve(problem, objective, allow_unscheduled=allow_unscheduled, time_limit_s=left)

@@ -382,8 +382,11 @@ def test_readers_refuse_what_is_not_a_plan():
                               "--global-batch-size", "8", "--seq-length", "128"], 8)
     with pytest.raises(InputError, match="explicitly"):
         E.from_torchtitan_toml("[parallelism]\ndata_parallel_shard_degree = -1\n", 32)
-    with pytest.raises(InputError, match="HSDP"):
-        E.from_torchtitan_toml("[parallelism]\ndata_parallel_shard_degree = 2\ndata_parallel_replicate_degree = 2\n", 32)
+    # HSDP is a plan since issue 12 (dp_shard): replicate 2 x shard 2
+    hsdp = E.from_torchtitan_toml("[parallelism]\ndata_parallel_shard_degree = 2\ndata_parallel_replicate_degree = 2\n", 32)
+    assert (hsdp.dp, hsdp.dp_shard, hsdp.zero) == (4, 2, 3)
+    with pytest.raises(InputError, match="fsdp_reshard_after_forward"):
+        E.from_torchtitan_toml("[parallelism]\ndata_parallel_shard_degree = 2\nfsdp_reshard_after_forward = \"sometimes\"\n", 32)
     with pytest.raises(InputError, match="num_gpus"):
         E.from_deepspeed_config({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 1,
                                  "gradient_accumulation_steps": 4}, 8, 2048)

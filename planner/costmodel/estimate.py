@@ -11,6 +11,8 @@ from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+from plan_search.hardware.overrides import apply_overrides
+from plan_search.hardware.profiles import for_framework
 from plan_search.hardware.resolve import resolve_cluster
 from plan_search.hardware.spec import ClusterSpec, EfficiencySpec
 from plan_search.models import counting
@@ -161,17 +163,25 @@ def estimate(
     tokens: float | None = None,
     checkpoint_interval_h: float = 1.0,
     sets: Sequence[str] = (),
+    framework: str | None = None,
+    compiled: bool = True,
     **plan_fields,
 ) -> Estimate:
     """Step time, memory and run figures of one plan, with their breakdowns and the verdict.
 
     ``model`` and ``cluster`` are specs or names/paths (resolved as ``--model``/``--gpu``);
-    ``sets`` are ``--set`` what-if overrides of the cluster. The plan is a :class:`Plan`, a dict
+    ``sets`` are ``--set`` what-if overrides of the cluster. ``framework`` picks its
+    kernel-efficiency profile (:func:`plan_search.hardware.profiles.for_framework`; torchtitan
+    ``compiled`` or eager; None: the catalog's Megatron/Transformer Engine values). The plan is a :class:`Plan`, a dict
     of its fields, or its fields as keyword arguments (``num_gpus=8, tp=2``); ``global_batch``
     and ``seq_len`` default to the model's, as in ``plan-estimate``.
     """
     m = resolve_model(model) if isinstance(model, str) else model
-    c = resolve_cluster(cluster, sets) if isinstance(cluster, str) else cluster
+    if isinstance(cluster, str):
+        c = resolve_cluster(cluster)
+        c = apply_overrides(for_framework(c, framework, compiled), sets) if sets else for_framework(c, framework, compiled)
+    else:
+        c = for_framework(cluster, framework, compiled)
     if not 0.0 <= memory_headroom < 1.0:
         raise InputError(f"memory_headroom: {memory_headroom} must be in [0, 1)")
     if tokens is not None and not (0 < tokens < 1e18):

@@ -82,10 +82,17 @@ def megatron_parallel_args(p: Plan, num_layers: int) -> list[str]:
         a += ["--decoder-first-pipeline-num-layers", str(f)]
     if la is not None:
         a += ["--decoder-last-pipeline-num-layers", str(la)]
+    if p.pp > 1 and f is None and la is None:
+        if p.account_for_embedding_in_pipeline_split:
+            a.append("--account-for-embedding-in-pipeline-split")
+        if p.account_for_loss_in_pipeline_split:
+            a.append("--account-for-loss-in-pipeline-split")
     if p.sequence_parallel:
         a.append("--sequence-parallel")
     if p.zero == 1:
         a.append("--use-distributed-optimizer")
+        if p.dp_shard is not None and p.dp_shard < p.dp:  # partial sharding: dp/dp_shard optimizer instances
+            a += ["--num-distributed-optimizer-instances", str(p.dp // p.dp_shard)]
     elif p.zero >= 2:
         # Megatron-FSDP's required flags (Megatron-Core developer guide, Megatron-FSDP user guide).
         a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", _FSDP_STRATEGY[p.zero],
@@ -250,6 +257,22 @@ def megatron_parser() -> argparse.ArgumentParser:
     return ps
 
 
+def _megatron_dp_knobs(ns, dp: int, zero: int) -> dict:
+    """Partial sharding (--num-distributed-optimizer-instances) and the split's embedding/loss
+    accounting, as plan knobs."""
+    out = {}
+    inst = getattr(ns, "num_distributed_optimizer_instances", None) or 1
+    if inst > 1 and zero == 1:
+        if dp % inst:
+            raise InputError(f"megatron: --num-distributed-optimizer-instances {inst} does not divide dp {dp}")
+        out["dp_shard"] = dp // inst
+    if getattr(ns, "account_for_embedding_in_pipeline_split", False):
+        out["account_for_embedding_in_pipeline_split"] = True
+    if getattr(ns, "account_for_loss_in_pipeline_split", False):
+        out["account_for_loss_in_pipeline_split"] = True
+    return out
+
+
 def from_megatron_args(args: Sequence[str], num_gpus: int) -> Plan:
     """The plan of Megatron-LM flags (``num_gpus``: the world size, which the flags do not carry).
 
@@ -319,7 +342,7 @@ def from_megatron_args(args: Sequence[str], num_gpus: int) -> Plan:
                    etp=ns.expert_tensor_parallel_size if ns.expert_tensor_parallel_size else tp,
                    moe_dispatcher=ns.moe_token_dispatcher_type or "allgather",
                    moe_overlap=bool(ns.overlap_moe_expert_parallel_comm))
-    return _plan(**moe,
+    return _plan(**moe, **_megatron_dp_knobs(ns, num_gpus // (tp * pp * cp), zero),
         num_gpus=num_gpus, tp=tp, pp=pp, cp=cp, vpp=vpp, zero=zero, micro_batch=ns.micro_batch_size,
         global_batch=ns.global_batch_size, seq_len=ns.seq_length, recompute=recompute, recompute_layers=rc_layers,
         sequence_parallel=bool(ns.sequence_parallel) and tp > 1, flash_attention=backend not in ("unfused", "local"),
@@ -495,12 +518,13 @@ def torchtitan_sections(plan: Plan, model: ModelSpec, cluster=None) -> dict[str,
     p = fw.require("torchtitan", plan, model, cluster)
     L = model.num_layers
     fsdp = p.zero == 3 and (p.dp > 1 or p.cp > 1)
+    shard = p.shard_degree if fsdp else 1  # HSDP: replicate x shard (issue 12)
     par: dict[str, Any] = {
-        "data_parallel_replicate_degree": 1 if fsdp else p.dp,
-        "data_parallel_shard_degree": p.dp if fsdp else 1,
+        "data_parallel_replicate_degree": p.dp // shard,
+        "data_parallel_shard_degree": shard,
     }
     if fsdp:
-        par["fsdp_reshard_after_forward"] = "always"
+        par["fsdp_reshard_after_forward"] = "always" if p.reshard_after_forward else "never"
     par["tensor_parallel_degree"] = p.tp
     if p.tp > 1:
         par["enable_async_tensor_parallel"] = p.overlap_tp_comm
@@ -595,8 +619,8 @@ def from_torchtitan_toml(text: str, num_layers: int) -> Plan:
     shard = int(par.get("data_parallel_shard_degree", -1))
     if shard < 1:
         raise InputError("torchtitan: give data_parallel_shard_degree explicitly (-1 depends on the world size)")
-    if rep > 1 and shard > 1:
-        raise InputError("torchtitan: HSDP (replicate and shard both > 1) is not a plan of this planner")
+    # HSDP (replicate and shard both > 1): shard groups of `shard` GPUs, `rep` replicas (issue 12)
+    hsdp = {"dp_shard": shard} if rep > 1 and shard > 1 else {}
     tp, pp, cp = (int(par.get(k, 1)) for k in ("tensor_parallel_degree", "pipeline_parallel_degree",
                                                  "context_parallel_degree"))
     dp = rep * shard
@@ -653,8 +677,13 @@ def from_torchtitan_toml(text: str, num_layers: int) -> Plan:
     precision = "fp8" if any("float8" in c for c in converters) else "bf16"
     if tr.get("mixed_precision_param", "bfloat16") != "bfloat16" and precision != "fp8":
         raise InputError("torchtitan: mixed_precision_param float32 is not a plan (bf16 or fp8)")
+    policy = str(par.get("fsdp_reshard_after_forward", "default"))
+    if policy not in ("default", "always", "never"):
+        raise InputError(f"torchtitan: fsdp_reshard_after_forward {policy!r} is not default, always or never")
+    if zero == 3:  # torchtitan's default: reshard after forward unless pipeline parallel
+        hsdp["reshard_after_forward"] = policy == "always" or (policy == "default" and pp == 1)
     return _plan(
-        **moe, num_gpus=dp * tp * pp * cp, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero, micro_batch=mb,
+        **moe, **hsdp, num_gpus=dp * tp * pp * cp, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, zero=zero, micro_batch=mb,
         global_batch=gb, seq_len=int(tr.get("seq_len", 2048)), recompute=recompute, recompute_layers=rc_layers,
         sequence_parallel=tp > 1, flash_attention=True, precision=precision, fp32_grads=True,
         overlap_grad_reduce=True, overlap_param_gather=True,

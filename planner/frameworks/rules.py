@@ -61,7 +61,7 @@ from typing import Callable, Optional
 from plan_search.models.io import InputError
 from plan_search.models.spec import ModelSpec
 
-from plan_search.planner.costmodel.plan import Plan
+from plan_search.planner.costmodel.plan import Plan, grad_per_microbatch
 
 FRAMEWORKS = ("megatron", "deepspeed", "torchtitan", "nemo")
 
@@ -119,12 +119,7 @@ def _uneven(p: Plan) -> bool:
 
 def rank_layers(p: Plan, num_layers: int) -> list[int]:
     """Transformer layers held by each pipeline rank, first to last (the plan's split)."""
-    if p.pp == 1:
-        return [num_layers]
-    f, mid, la = p.stage_layers(num_layers)
-    if p.pp == 2:
-        return [f, la]
-    return [f] + [mid] * (p.pp - 2) + [la]
+    return p.split(num_layers)
 
 
 def _fp8_gpu(p: Plan, cluster) -> Optional[str]:
@@ -513,12 +508,71 @@ _TT_MOE_RULES = [
 ]
 
 
+# ---- data parallelism as each framework runs it (issue 12)
+
+
+def _dp_rules(fw: str) -> list[Rule]:
+    """The data-parallel knobs a framework offers: the gradient-reduction frequency is each
+    framework's own (``grad_reduce`` default: :func:`planner.costmodel.plan.grad_per_microbatch`
+    names the sources), partial sharding (``dp_shard``) where it exists, the embedding/loss
+    accounting of the pipeline split where it exists."""
+
+    def R(rid, text, source, test):  # noqa: N802
+        return Rule(f"{fw}-{rid}", fw, text, source, test)
+
+    out = [R("grad-reduce", "the gradient reduction runs when the framework runs it (DDP/distributed optimizer "
+             "once per step, ZeRO-2 and FSDP every micro-batch, FSDP under pipelining once per step); "
+             "grad_reduce must be default", {
+                 "megatron": f"{_MC} pipeline_parallel/schedules.py (no_sync_func on all but the last micro-batch)",
+                 "nemo": f"{_MC} pipeline_parallel/schedules.py (no_sync_func on all but the last micro-batch)",
+                 "deepspeed": f"{_DS} runtime/zero/stage_1_and_2.py reduce_ready_partitions_and_remove_grads",
+                 "torchtitan": "torch 2.13 distributed/pipelining/stage.py backward_maybe_with_nosync; "
+                               f"{_TT} train.py (one backward per micro-batch)"}[fw],
+             lambda p, m, c: f"grad_reduce {p.grad_reduce}" if p.grad_reduce != "default" and p.dp > 1 else None)]
+    if fw in ("megatron", "nemo"):
+        out.append(R("dp-shard", "partial sharding is the distributed optimizer's instances "
+                     "(--num-distributed-optimizer-instances = dp/dp_shard): zero 1 only",
+                     f"{_MLM} _add_distributed_args (--num-distributed-optimizer-instances)",
+                     lambda p, m, c: f"dp_shard {p.dp_shard} with zero {p.zero}"
+                     if p.dp_shard is not None and p.zero != 1 else None))
+        out.append(R("reshard", "parameters stay sharded between forward and backward only under Megatron-FSDP's "
+                     "optim_grads_params, which regathers them for the backward (reshard_after_forward on)",
+                     f"{_MC} distributed/fsdp (Megatron-FSDP)",
+                     lambda p, m, c: "reshard_after_forward off" if p.zero == 3 and not p.reshard_after_forward
+                     else None))
+    elif fw == "deepspeed":
+        out.append(R("dp-shard", "no hybrid sharding in the configuration this planner writes (MiCS/hpZ are "
+                     "other schemes): dp_shard must be dp", f"{_DS} runtime/zero/config.py",
+                     lambda p, m, c: f"dp_shard {p.dp_shard}" if p.dp_shard is not None else None))
+        out.append(R("split-accounting", "PipelineModule cannot count the embedding/loss as layers",
+                     f"{_DS} runtime/pipe/module.py _partition_layers",
+                     lambda p, m, c: "account_for_*_in_pipeline_split" if p.pp > 1 and (
+                         p.account_for_embedding_in_pipeline_split or p.account_for_loss_in_pipeline_split) else None))
+        out.append(R("reshard", "ZeRO-3 releases gathered parameters after use (stage3_max_reuse_distance aside): "
+                     "reshard_after_forward on", f"{_DS} runtime/zero/partitioned_param_coordinator.py",
+                     lambda p, m, c: "reshard_after_forward off" if p.zero == 3 and not p.reshard_after_forward
+                     else None))
+    elif fw == "torchtitan":
+        out.append(R("hsdp", "HSDP (data_parallel_replicate_degree x data_parallel_shard_degree) shards with FSDP2: "
+                     "dp_shard needs zero 3", f"{_TT} distributed/parallel_dims.py",
+                     lambda p, m, c: f"dp_shard {p.dp_shard} with zero {p.zero}"
+                     if p.dp_shard is not None and p.zero != 3 else None))
+        out.append(R("split-accounting", "the pipeline split's input/output weights are first/last_stage_less_layers, "
+                     "not Megatron's accounting flags: give the split as first/last_stage_layers",
+                     f"{_TT} distributed/pipeline_parallel.py",
+                     lambda p, m, c: "account_for_*_in_pipeline_split" if p.pp > 1 and (
+                         p.account_for_embedding_in_pipeline_split or p.account_for_loss_in_pipeline_split) else None))
+    return out
+
+
 RULES: dict[str, tuple[Rule, ...]] = {
     "megatron": tuple(_mcore_rules("megatron")) + tuple(_moe_rules_mcore("megatron")),
     "nemo": tuple(_mcore_rules("nemo")) + tuple(_NEMO_EXTRA) + tuple(_moe_rules_mcore("nemo")),
     "deepspeed": tuple(_DS_RULES) + tuple(_DS_MOE_RULES),
     "torchtitan": tuple(_TT_RULES) + tuple(_TT_MOE_RULES),
 }
+for _fw in RULES:
+    RULES[_fw] = RULES[_fw] + tuple(_dp_rules(_fw))
 
 
 def rules(framework: str) -> tuple[Rule, ...]:
@@ -577,6 +631,17 @@ def _inert(fw: str, p: Plan) -> dict:
     ch: dict = {}
     if p.tp == 1 and p.overlap_tp_comm:
         ch["overlap_tp_comm"] = False
+    # issue 12, data-parallel knobs: a shard group of the whole dp group (or without sharding) is
+    # flat sharding; an explicit gradient-reduction frequency equal to the ZeRO-stage default is
+    # the default (every framework reduces as that default says: planner.costmodel.plan.
+    # grad_per_microbatch); parameters are resharded only under ZeRO-3
+    if p.dp_shard is not None and (p.dp_shard == p.dp or p.zero == 0):
+        ch["dp_shard"] = None
+    if p.grad_reduce != "default" and p.grad_reduce_per_microbatch() == bool(
+            grad_per_microbatch(0, p.zero, p.pp)):
+        ch["grad_reduce"] = "default"
+    if p.zero != 3 and not p.reshard_after_forward:
+        ch["reshard_after_forward"] = True
     grad_inert = p.dp == 1
     param_inert = p.dp == 1 or p.zero == 0
     if fw == "megatron":

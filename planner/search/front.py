@@ -119,8 +119,12 @@ def resolve_inputs(request: SearchRequest, model: ModelSpec | None = None
                    ) -> tuple[ModelSpec, list[ClusterSpec], list[int], int]:
     model = model or resolve_model(request.model)
     clusters = []
+    from plan_search.hardware.overrides import apply_overrides
+    from plan_search.hardware.profiles import for_framework
+
     for ref in request.gpu:
-        c = resolve_cluster(ref, request.sets)
+        # the framework's kernel-efficiency profile, then the what-if overrides
+        c = apply_overrides(for_framework(resolve_cluster(ref), request.framework), request.sets)
         if c.name in [k.name for k in clusters]:
             continue
         clusters.append(c)
