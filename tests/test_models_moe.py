@@ -461,3 +461,28 @@ def test_transformers5_config_dump_reads_the_same():
     q5 = {k: v for k, v in q.items() if k not in ("num_experts", "rope_scaling", "rope_theta")}
     q5.update(num_local_experts=128, rope_parameters={"rope_theta": 5000000, "rope_type": "default"})
     assert shape(from_hf_config(q5, "q")) == shape(from_hf_config(q, "q"))
+
+
+# ---------------------------------------------------------------- FLOPs against a framework's own count
+# NVIDIA Megatron-Bridge performance tables (docs/performance-summary-archive.md @ 067f987df, copied
+# with their source into ../shared/calibration/runs_2026_12.csv) print model TFLOP/s and tokens/s
+# per GPU; their ratio is the framework's model FLOPs per token (notes column of each row). Ours,
+# with causal counting and no recomputation, agrees within 0.5% (GPT-OSS: the 26.06 B300 row;
+# the 25.11-26.04 GPT-OSS rows print 27.2, about 6 x the non-embedding active weights without
+# attention or logits, another convention).
+@pytest.mark.parametrize(
+    "name, mtp, gflops",
+    [
+        ("deepseek-v3", True, 260.0),  # containers 25.09-26.06 (259.6-260.6)
+        ("deepseek-v3", False, 249.6),  # 25.11 GB200/GB300 recipes (249.1-249.7): without the MTP depth
+        ("kimi-k2", True, 204.6),
+        ("qwen3-235b-a22b", True, 148.0),  # 147.8-148.3
+        ("qwen3-30b-a3b", True, 23.0),  # 22.8-23.0
+        ("gpt-oss-120b", True, 32.6),
+        ("llama3.1-70b", True, 433.0),  # Llama-3-70B SFT table, 432.2-435.3
+    ],
+)
+def test_training_flops_match_megatron_bridge(name, mtp, gflops):
+    m = get_model(name)
+    ours = c.training_flops_per_token(m, 4096, "none", causal=True, mtp=mtp)
+    assert ours == pytest.approx(gflops * 1e9, rel=5e-3)
