@@ -325,6 +325,12 @@ def _window_fields(cfg: dict[str, Any], family: str, num_layers: int, seq_len: i
     if isinstance(types, list) and types:
         if len(types) != num_layers or not all(isinstance(t, str) for t in types):
             raise InputError(f"{where}: layer_types must list one attention type per layer ({num_layers})")
+        other = sorted(set(types) - {"full_attention", "sliding_attention", "chunked_attention"})
+        if other:  # linear attention, Mamba ... (hybrid models: Qwen3-Next, Nemotron-H)
+            raise InputError(
+                f"{where}: layer_types: {short_repr(other[0])} layers are not modelled (attention layers only: "
+                "full_attention, sliding_attention, chunked_attention)"
+            )
         local = [t in ("sliding_attention", "chunked_attention") for t in types]
         if not any(local):
             return {}

@@ -359,6 +359,8 @@ def test_dense_model_rejects_moe_only_fields(tmp_path):
         ("gpt-oss-20b", {"layer_types": ["sliding_attention"] * 20 + ["full_attention"] * 4}, ["layer_types"]),
         ("gpt-oss-20b", {"layer_types": ["sliding_attention"] * 3}, ["layer_types", "one attention type per layer"]),
         ("gpt-oss-20b", {"sliding_window": -1}, ["sliding_window", "positive integer"]),
+        ("gpt-oss-20b", {"layer_types": ["linear_attention", "full_attention"] * 12},
+         ["layer_types", "'linear_attention' layers are not modelled"]),
         ("qwen3-30b-a3b", {"num_experts_per_tok": 129}, ["experts_per_token"]),
     ],
 )
