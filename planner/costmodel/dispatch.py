@@ -46,6 +46,11 @@ from plan_search.planner.costmodel import experts
 from plan_search.planner.costmodel.arrays import PlanArrays
 
 DISPATCH_BYTES = 2.0  # bf16 rows
+#: FP8 dispatch (DeepSeek-V3 report Sec. 3.3.2: activations quantised to FP8 before the dispatch, the
+#: combine kept in BF16; DeepEP's dispatch takes FP8 rows with one fp32 scale per 128 values): with the
+#: ``flex`` dispatcher and an FP8 recipe the forward dispatch moves 1 + 4/128 bytes per element, the
+#: combine and the backward exchanges 2; averaged over the four exchanges of a layer.
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128.0
 
 
 def ep_members_per_domain(x: PlanArrays, cluster: ClusterSpec):
@@ -73,12 +78,14 @@ def exchange_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
     ep = x.ep.astype(float)
     kd = ep_members_per_domain(x, cluster).astype(float)
     crosses = ep_crosses_domain(x, cluster)
-    S = Tl * k * h * DISPATCH_BYTES * experts.imbalance(x)
+    fp8_flex = (x.fp8 > 0) & (x.moe_disp == 2)
+    per_elem = np.where(fp8_flex, (FP8_DISPATCH_BYTES + 3.0 * DISPATCH_BYTES) / 4.0, DISPATCH_BYTES)
+    S = Tl * k * h * per_elem * experts.imbalance(x)
     intra = S * (kd - 1) / ep
     inter_a2a = S * (ep - kd) / ep
     G = ep / kd
     distinct_remote = (G - 1) * (1.0 - (1.0 - 1.0 / G) ** k)
-    inter_flex = Tl * h * DISPATCH_BYTES * distinct_remote * experts.imbalance(x)
+    inter_flex = Tl * h * per_elem * distinct_remote * experts.imbalance(x)
     intra_flex = intra + inter_flex * (kd - 1) / kd  # forwarded inside the destination domain
     a2a = _a2a_s(intra, inter_a2a, crosses, cluster)
     flex = _a2a_s(intra_flex, inter_flex, crosses, cluster)

@@ -132,16 +132,20 @@ def routed_rows(model: ModelSpec, x: PlanArrays):
 
 # ------------------------------------------------------------------ compute
 def _grouped_gemm_s(rows, groups, k, n, cluster: ClusterSpec, fp8):
-    """``groups`` GEMMs sharing ``rows`` token rows, each ``(rows/groups) x k`` by ``k x n``."""
+    """``groups`` GEMMs sharing ``rows`` token rows, each ``(rows/groups) x k`` by ``k x n``, in the
+    precision recipe ``fp8`` (a ``PlanArrays.fp8`` code: peaks and operand bytes of
+    :data:`compute.RECIPES`, as :func:`compute._gemm_s` prices a dense GEMM)."""
     gpu, e = cluster.gpu, cluster.efficiency
     per = rows / groups
     flops = 2.0 * rows * k * n
     eff = compute.gemm_efficiency(np.minimum(np.minimum(per, k), n), cluster) * e.grouped_gemm_eff
     peak_bf16 = gpu.peak("bf16") * 1e12
-    peak_fp8 = gpu.peak_tflops.get("fp8", gpu.peak("bf16")) * 1e12
-    rate = np.where(fp8 == 1, peak_fp8 * e.fp8_gemm_eff_ratio, peak_bf16) * eff
-    wbytes = np.where(fp8 == 1, 1.0, 2.0)
-    traffic = groups * k * n * wbytes + rows * (k + n) * compute.BF16_BYTES
+    peaks = np.array([peak_bf16] + [gpu.peak_tflops.get(compute.RECIPES[c]["peak"], gpu.peak("bf16")) * 1e12
+                                    for c in range(1, len(compute.RECIPES))])
+    code = np.clip(np.asarray(fp8), 0, len(compute.RECIPES) - 1)
+    rate = np.where(code > 0, peaks[code] * e.fp8_gemm_eff_ratio, peak_bf16) * eff
+    qbytes = compute._recipe_table("elem_bytes", code)
+    traffic = groups * k * n * qbytes + rows * (k * qbytes + n * compute.BF16_BYTES)
     hbm = gpu.hbm_bandwidth_gbps * 1e9 * e.hbm_eff
     return np.maximum(flops / np.maximum(rate, 1e-30), traffic / hbm)
 
@@ -221,7 +225,7 @@ def moe_activation_delta_per_layer(model: ModelSpec, x: PlanArrays):
     m = model
     T = compute.tokens_per_gpu(x)
     t = x.tp.astype(float)
-    gemm_in = np.where(x.fp8 == 1, 1.0, 2.0)
+    gemm_in = np.where(x.fp8 > 0, 1.0, 2.0)
     f = m.ffn_hidden_size
     dense = T * ((4.0 if m.gated else 2.0) * f + f * gemm_in) / t
     rows = routed_rows(m, x)
@@ -243,7 +247,7 @@ def mla_activation_delta_per_token(model: ModelSpec, x: PlanArrays):
     m = model
     if getattr(m, "kv_lora_rank", None) is None:
         return np.zeros(len(x)), np.zeros(len(x))
-    gemm_in = np.where(x.fp8 == 1, 1.0, 2.0)
+    gemm_in = np.where(x.fp8 > 0, 1.0, 2.0)
     a, hd, vd = m.num_heads, m.head_dim, m.v_head_dim or m.head_dim
     tp_region = 2.0 * a * (vd - hd) + a * (vd - hd) * gemm_in + np.zeros(len(x))
     latent = 4.0 * ((m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim) + np.zeros(len(x))
