@@ -196,8 +196,10 @@ MEMORY_ROWS = (
     ("gradients", "gradients_gib"),
     ("optimizer states", "optimizer_gib"),
     ("activations", "activations_gib"),
+    ("transient (loss / re-run layer / step)", "transient_gib"),
     ("ZeRO-3 gather buffer", "zero3_gather_buffer_gib"),
-    ("framework overhead", "framework_overhead_gib"),
+    ("allocator slack", "allocator_slack_gib"),
+    ("outside allocator (CUDA, NCCL)", "framework_overhead_gib"),
 )
 
 
@@ -235,6 +237,9 @@ def format_table(est, cluster, model, headroom: float, overrides: Sequence[str] 
     rows += [None, ["peak", f"{m.peak_gib:.2f}", "100.0%"]]
     lines.append(f"memory per GPU, GiB (worst stage: {m.worst_stage})")
     lines += _rows(["", "GiB", "% peak"], rows)
+    lines.append(f"  allocated {m.allocated_peak_gib:.2f} (torch max_memory_allocated)")
+    lines.append(f"  reserved {m.reserved_peak_gib:.2f} (max_memory_reserved); peak adds what is outside")
+    lines.append("  the allocator (the nvidia-smi figure)")
     fits = "fits" if est.feasible else "DOES NOT FIT"
     lines.append(
         f"  usable {m.usable_gib:.2f} of capacity {m.capacity_gib:.2f} (headroom {_pct(headroom, 0)}): "
@@ -307,7 +312,7 @@ def _launch(framework: str | None, emit: bool, plan, model, cluster):
 @click.option("--global-batch", type=int, default=None, help="sequences per step  [default: the model's global_batch]")
 @click.option("--seq-len", type=int, default=None, help="sequence length  [default: the model's seq_len]")
 @knob_options(multi=False)
-@click.option("--memory-headroom", type=float, default=0.1, show_default=True,
+@click.option("--memory-headroom", type=float, default=0.07, show_default=True,  # = memory.DEFAULT_MEMORY_HEADROOM (tested)
               help="fraction of GPU memory kept free when judging fit")
 @click.option("--tokens", type=TokenCount(), default=None, help="token budget for run figures, e.g. 300e9 or 300B")
 @click.option("--checkpoint-interval-h", type=float, default=1.0, show_default=True,

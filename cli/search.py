@@ -359,7 +359,7 @@ def format_csv(res) -> str:
 @click.option("--deadline-days", type=float, default=None, help="the run must finish within this many days")
 @click.option("--budget-usd", type=float, default=None, help="the run may cost at most this (GPU-hours x price)")
 @click.option("--max-power-kw", type=float, default=None, help="power cap of the GPUs at the wall (TDP x PUE)")
-@click.option("--memory-headroom", type=float, default=None, help="fraction of GPU memory kept free [default: 0.1]")
+@click.option("--memory-headroom", type=float, default=None, help="fraction of GPU memory kept free [default: 0.07, the SearchRequest default]")
 @click.option("--max-comm-ratio", type=float, default=None,
               help="max exposed (not hidden) communication as a share of the step, e.g. 0.1")
 @knob_options(multi=True)

@@ -24,8 +24,8 @@ PLANS = {"llama-dp": LLAMA_DP, "llama-3d": LLAMA_3D, "gpt3-narayanan": GPT3_NARA
 
 TIME_PARTS = ("compute_s", "memory_bound_s", "recompute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s",
               "bubble_s", "dp_comm_s", "optimizer_s", "overhead_s")
-MEMORY_PARTS = ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib",
-                "zero3_gather_buffer_gib", "framework_overhead_gib")
+MEMORY_PARTS = ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "transient_gib",
+                "zero3_gather_buffer_gib", "allocator_slack_gib", "framework_overhead_gib")
 
 
 def invoke(*args):
@@ -132,8 +132,13 @@ def test_more_inter_node_bandwidth_never_slower(name):
 
 @pytest.mark.parametrize("name", ["llama-dp", "llama-3d", "gpt3-tp16"])
 def test_zero_stage_lowers_peak_memory(name):
-    peak = {z: estimate_json(*PLANS[name], "--zero", z)["memory"]["peak_gib"] for z in (0, 1, 2, 3)}
-    assert peak[3] <= peak[2] <= peak[1] <= peak[0], peak
+    # Issue 11: ZeRO-3 never holds more model states than ZeRO-2, but its gather buffers (the
+    # largest module whole) and a torch optimizer's step temporaries can make its peak higher
+    mem = {z: estimate_json(*PLANS[name], "--zero", z, "--grad-reduce", "microbatch")["memory"] for z in (0, 1, 2, 3)}
+    peak = {z: m["peak_gib"] for z, m in mem.items()}
+    assert peak[2] <= peak[1] <= peak[0], peak
+    states = {z: m["weights_gib"] + m["gradients_gib"] + m["optimizer_gib"] for z, m in mem.items()}
+    assert states[3] <= states[2] <= states[1] <= states[0], states
 
 
 @pytest.mark.parametrize("fa", ["--flash-attention", "--no-flash-attention"])

@@ -106,8 +106,8 @@ def test_time_breakdown_sums_to_step_and_memory_breakdown_to_peak():
              t.bubble_s, t.dp_comm_s, t.optimizer_s, t.overhead_s]
     assert sum(parts) == pytest.approx(e.step_time_s, rel=1e-9)
     mm = e.memory
-    assert mm.weights_gib + mm.gradients_gib + mm.optimizer_gib + mm.activations_gib + mm.zero3_gather_buffer_gib + \
-        mm.framework_overhead_gib == pytest.approx(mm.peak_gib, rel=1e-9)
+    assert mm.weights_gib + mm.gradients_gib + mm.optimizer_gib + mm.activations_gib + mm.transient_gib + \
+        mm.zero3_gather_buffer_gib + mm.allocator_slack_gib + mm.framework_overhead_gib == pytest.approx(mm.peak_gib, rel=1e-9)
     # Narayanan et al. 2021 Table 2: 141 TFLOP/s (hardware count) -> 20.8 s per step.
     assert e.step_time_s == pytest.approx(20.83, rel=0.10)
     assert e.hardware_tflops_per_gpu == pytest.approx(141, rel=0.10)
@@ -148,8 +148,15 @@ def test_more_bandwidth_is_never_slower(model, plan):
 
 @pytest.mark.parametrize("model,plan", list(itertools.product(MODELS, PLANS)))
 def test_higher_zero_stage_never_needs_more_memory(model, plan):
-    peaks = [_est(model, H100, dict(plan, zero=z)).memory.peak_gib for z in range(4)]
+    # Issue 11: ZeRO 0 -> 1 -> 2 never needs more at the peak; ZeRO-3 never needs more model states
+    # than ZeRO-2 but adds gather buffers (the largest module whole) and a torch optimizer's step
+    # temporaries, so with a small shard group its peak can exceed ZeRO-2's. Gradients reduced every
+    # micro-batch: under pipeline parallelism ZeRO-3's default keeps the whole unsharded gradient.
+    est = [_est(model, H100, dict(plan, zero=z, grad_reduce="microbatch")).memory for z in range(4)]
+    peaks = [e.peak_gib for e in est[:3]]
     assert all(b <= a + 1e-9 for a, b in zip(peaks, peaks[1:])), peaks
+    states = [e.weights_gib + e.gradients_gib + e.optimizer_gib for e in est]
+    assert all(b <= a + 1e-9 for a, b in zip(states, states[1:])), states
 
 
 @pytest.mark.parametrize("model,plan", list(itertools.product(MODELS, PLANS)))

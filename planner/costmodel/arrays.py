@@ -51,6 +51,9 @@ class PlanArrays:
     dp_shard: np.ndarray  # ZeRO/FSDP shard group size; 0 = the whole dp group (flat)
     grad_red: np.ndarray  # Plan.grad_reduce coded as plan.GRAD_REDUCE_CODES (0 = the ZeRO-stage default)
     reshard: np.ndarray  # bool: ZeRO-3/FSDP parameters resharded after the forward (gathered again for the backward)
+    grad_bf16: np.ndarray  # bool: Plan.grad_bf16_copy
+    opt_offload: np.ndarray  # bool: Plan.optimizer_offload
+    act_offload: np.ndarray  # bool: Plan.activation_offload
     first: np.ndarray
     mid: np.ndarray
     last: np.ndarray
@@ -99,7 +102,8 @@ class PlanArrays:
                 rc_layers=rc_layers, sp=p.sequence_parallel and p.tp > 1, fa=p.flash_attention,
                 fp8=PRECISION_CODES[p.precision], fp32_grads=p.fp32_grads,
                 dp_shard=p.dp_shard or 0, grad_red=GRAD_REDUCE_CODES[p.grad_reduce],
-                reshard=bool(getattr(p, "reshard_after_forward", True)),
+                reshard=p.reshard_after_forward, grad_bf16=p.grad_bf16_copy, opt_offload=p.optimizer_offload,
+                act_offload=p.activation_offload,
                 ovl_grad=p.overlap_grad_reduce, ovl_param=p.overlap_param_gather,
                 ovl_tp=p.overlap_tp_comm, first=f, mid=mid, last=la, ep=p.ep, etp=p.etp,
                 moe_disp=DISPATCHER_CODES[p.moe_dispatcher], moe_ovl=p.moe_overlap, moe_imb=p.moe_imbalance,
@@ -110,7 +114,8 @@ class PlanArrays:
                 cols[k].append(v)
         out = {}
         for k, v in cols.items():
-            dtype = bool if k in ("sp", "fa", "fp32_grads", "ovl_grad", "ovl_param", "ovl_tp", "moe_ovl", "lowp_params") else np.int64
+            dtype = bool if k in ("sp", "fa", "fp32_grads", "ovl_grad", "ovl_param", "ovl_tp", "moe_ovl", "reshard",
+                                  "grad_bf16", "opt_offload", "act_offload", "lowp_params") else np.int64
             dtype = float if k in ("moe_imb", "bf16_frac") else dtype
             out[k] = np.asarray(v, dtype=dtype)
         out["reshard"] = out["reshard"].astype(bool)

@@ -23,7 +23,7 @@ from plan_search.models.spec import ModelSpec
 from plan_search.planner.costmodel import compute
 from plan_search.planner.costmodel.arrays import PlanArrays
 from plan_search.planner.costmodel.evaluate import GIB, evaluate
-from plan_search.planner.costmodel.memory import STAGES
+from plan_search.planner.costmodel.memory import DEFAULT_MEMORY_HEADROOM, STAGES
 from plan_search.planner.costmodel.plan import Plan
 from plan_search.planner.costmodel.step import TIME_KEYS
 
@@ -33,16 +33,27 @@ class _Doc(BaseModel):
 
 
 class MemoryBreakdown(_Doc):
-    """Peak memory of the worst pipeline stage, GiB."""
+    """Peak memory of the worst pipeline stage, GiB (:mod:`planner.costmodel.memory`).
+
+    ``allocated_peak_gib`` is what ``torch.cuda.max_memory_allocated`` would read at the peak
+    moment; ``reserved_peak_gib`` adds the caching allocator's reserved-but-unused memory
+    (``torch.cuda.max_memory_reserved``); ``peak_gib`` adds what lives outside the allocator
+    (CUDA context, NCCL buffers: the nvidia-smi figure) and is the figure judged against
+    ``usable_gib``. The parts (weights ... framework_overhead) sum to ``peak_gib``.
+    """
 
     peak_gib: float
+    allocated_peak_gib: float
+    reserved_peak_gib: float
     capacity_gib: float
     usable_gib: float
     weights_gib: float
     gradients_gib: float
     optimizer_gib: float
     activations_gib: float
+    transient_gib: float
     zero3_gather_buffer_gib: float
+    allocator_slack_gib: float
     framework_overhead_gib: float
     worst_stage: str
 
@@ -159,7 +170,7 @@ def estimate(
     cluster: ClusterSpec | str,
     plan: Plan | dict | None = None,
     *,
-    memory_headroom: float = 0.0,
+    memory_headroom: float = DEFAULT_MEMORY_HEADROOM,
     tokens: float | None = None,
     checkpoint_interval_h: float = 1.0,
     sets: Sequence[str] = (),
@@ -212,13 +223,17 @@ def pack(m: ModelSpec, c: ClusterSpec, p: Plan, r: dict, i: int, tokens: float |
     time = TimeBreakdown(**exposed, hidden_comm_s=max(hidden, 0.0), bubble_fraction=g(r["bubble_fraction"]))
     memory = MemoryBreakdown(
         peak_gib=g(r["memory_peak_gib"]),
+        allocated_peak_gib=g(mem["allocated"]) / GIB,
+        reserved_peak_gib=g(mem["reserved"]) / GIB,
         capacity_gib=c.gpu.memory_gib,
         usable_gib=g(r["memory_usable_gib"]),
         weights_gib=g(mem["weights"]) / GIB,
         gradients_gib=g(mem["gradients"]) / GIB,
         optimizer_gib=g(mem["optimizer"]) / GIB,
         activations_gib=g(mem["activations"]) / GIB,
+        transient_gib=g(mem["transient"]) / GIB,
         zero3_gather_buffer_gib=g(mem["zero3_gather_buffer"]) / GIB,
+        allocator_slack_gib=g(mem["allocator_slack"]) / GIB,
         framework_overhead_gib=g(mem["framework_overhead"]) / GIB,
         worst_stage=STAGES[int(mem["worst_stage"][i])] if p.pp > 1 else "only",
     )

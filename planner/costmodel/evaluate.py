@@ -85,7 +85,9 @@ def evaluate(
         "raw": st["raw"],
         "bubble_fraction": st["bubble_fraction"],
         "memory": mem,
-        "memory_peak_gib": mem["total"] / GIB,
+        "memory_peak_gib": mem["total"] / GIB,  # the device figure feasibility is judged on
+        "memory_allocated_gib": mem["allocated"] / GIB,
+        "memory_reserved_gib": mem["reserved"] / GIB,
         "memory_usable_gib": np.full(len(x), usable / GIB),
         "fits": fits,
         "tokens_per_s": tok_s,

@@ -1,29 +1,67 @@
-"""Memory per GPU: model states by ZeRO stage, activations, buffers, framework overhead.
+"""Memory per GPU: model states, activations, buffers, and what a measured peak is made of.
 
-- Model states (Rajbhandari et al. 2020, ZeRO, Sec. 3 and 5): bf16 weights 2 B/param, gradients
-  2 B (4 B with fp32 accumulation, ``fp32_grads``, Megatron's main-grad buffer), fp32 master
-  weights + Adam momentum + variance 12 B. Stage 0 ``(2+g+12) psi``; stage 1 ``(2+g) psi + 12 psi/d``
-  (Megatron's distributed optimizer with fp32 grads: ``6 psi + 12 psi/d``); stage 2
-  ``2 psi + (g+12) psi/d``; stage 3 ``(2+g+12) psi/d`` plus a gather buffer for the layers in
-  flight (two layers: the one computing and the one prefetched; one in a one-layer stage).
-- Activations per layer and micro-batch (Korthikanti et al. 2022, Table 2, generalised to GQA
-  and gated MLPs, bytes per token): the region replicated over tensor-parallel ranks unless
-  sequence parallelism splits it — two norm inputs ``4h``, the two norm outputs feeding QKV and
-  the MLP ``4h``, dropout masks ``2h`` (1 B each): ``10h`` for GPT; the tensor-parallel region —
-  Q ``2 a hd``, K and V ``4 g hd``, the output-projection input ``2 a hd``, the MLP inputs of the
-  activation and of the down projection (``4f``, or ``6f`` gated); under FP8 the four GEMM
-  inputs are kept as 1-byte FP8 copies (Transformer Engine), halving those terms; the attention scores
-  ``5 a s`` (softmax output, dropout mask and output; ``2 a s`` without dropout), removed by
-  FlashAttention or selective recomputation. Full recomputation keeps only the layer input
-  ``2h`` (``/tp`` with sequence parallelism), plus one layer's full set while it is recomputed.
-  GPT with MHA and ``f = 4h`` gives Table 2 exactly: ``sbh(10 + 24/t + 5as/(ht))``.
-- In flight (Narayanan et al. 2021; Korthikanti et al. 2022 Sec. 4.2.3): stage ``i`` of 1F1B holds
-  ``min(m, p - i)`` micro-batches; interleaved 1F1B holds ``2(p-1) + (v-1)p + 1`` model chunks on
-  the first stage, i.e. ``l (1 + (p-1)/(p v))`` layers' worth.
-- Logits and cross-entropy on the last stage: ``~4 s b V / t`` bytes (fp32); the embedding output
-  on the first stage ``3 s b h`` (bf16 output + mask).
-- Framework overhead: ``framework_overhead_gib`` (CUDA context, NCCL and cuBLAS workspaces) and
-  ``fragmentation`` x activations (allocator slack), calibrated terms of the hardware spec.
+**Model states** (Rajbhandari et al. 2020, ZeRO, Sec. 3 and 5): bf16 weights 2 B/param, gradients
+2 B (4 B with fp32 accumulation, ``fp32_grads``: Megatron's main-grad buffer, FSDP2's fp32
+``reduce_dtype``), fp32 master weights + Adam momentum + variance 12 B. Stage 0
+``(2+g+12) psi``; 1 ``(2+g) psi + 12 psi/d`` (Megatron's distributed optimizer with fp32 grads:
+``6 psi + 12 psi/d``); 2 ``2 psi + (g+12) psi/d``; 3 ``(2+g+12) psi/d``. ``d`` is the shard group:
+``dp_shard`` (default ``dp``) times ``cp`` -- Megatron reduces gradients and shards its optimizer
+over the data-and-context-parallel group, torchtitan shards FSDP over its ``dp_shard_cp`` mesh.
+Gradients that are reduced once per step (``grad_reduce``; ZeRO-3 under pipeline parallelism,
+where ``torch.distributed.pipelining`` defers the reduce-scatter to the last backward and FSDP2
+accumulates the unsharded gradient in its ``reduce_dtype``) stay whole: ``g psi``.
+Knobs: ``grad_bf16_copy`` adds the bf16 gradients DeepSpeed's BF16_Optimizer keeps beside its
+fp32 accumulator (+2 B/param, sharded like the gradients); ``optimizer_offload`` moves the 12 B
+of optimizer state to host memory (ZeRO-Offload, Ren et al. 2021).
+
+**Activations** per layer and micro-batch (Korthikanti et al. 2022, Table 2, generalised to GQA
+and gated MLPs, bytes per token): the region replicated over tensor-parallel ranks unless
+sequence parallelism splits it -- two norm inputs ``4h``, the two norm outputs feeding QKV and the
+MLP ``4h``, dropout masks ``2h`` (1 B each): ``10h`` for GPT; the tensor-parallel region -- Q
+``2 a hd``, K and V ``4 g hd``, the output-projection input ``2 a hd``, the MLP inputs of the
+activation and of the down projection (``4f``, or ``6f`` gated); under FP8 the four GEMM inputs
+are kept as 1-byte copies (Transformer Engine); the attention scores ``5 a s`` (softmax output,
+dropout mask and output; ``2 a s`` without dropout), removed by FlashAttention or selective
+recomputation. Full recomputation keeps only the layer input ``2h`` (``/t`` with SP). GPT with
+MHA and ``f = 4h`` gives Table 2 exactly: ``sbh(10 + 24/t + 5as/(ht))``.
+In flight (Narayanan et al. 2021; Korthikanti Sec. 4.2.3): stage ``i`` of 1F1B holds
+``min(m, p - i)`` micro-batches; interleaved 1F1B ``min(m v, 2(p-i-1) + (v-1)p + 1)`` chunks.
+Ends (Korthikanti Sec. 4.3; Megatron-LM ``megatron/training/theoretical_memory_usage.py``): the
+stage with the embedding keeps, per in-flight micro-batch, the token ids ``8 s b`` (int64, on
+every TP rank) and, for models with dropout, the embedding-dropout mask ``s b h`` (1 B; ``/t``
+under SP: Megatron scatters to the sequence-parallel region before the dropout) -- the
+embedding's output is the first layer's input, already counted there. The stage with the
+output layer (the last, or the only one when ``pp = 1``) keeps for its one micro-batch the
+final-norm and output-layer inputs ``4 s b h`` (``/t`` under SP) and the fp32 logits of the
+cross-entropy ``4 s b V / t``: ``4sbh/t (1 + V/h)``. Activation offload (``activation_offload``)
+keeps two layers' worth of the stored layer activations on the GPU (the one being copied out,
+the one being copied back).
+
+**The peak is a moment, not a sum of maxima.** Two moments are priced and the larger taken:
+(1) the backward of the fullest stage: states + stored activations + the larger of two transients
+that never coincide -- the loss buffers (the backward of PyTorch's cross entropy on fp32
+logits holds three fp32 ``s b V / t`` tensors: ``8 s b V / t`` beyond the stored fp32 ones,
+:data:`LOSS_EXTRA_BYTES_PER_LOGIT`) and the layer re-materialised by full recomputation (its whole stored set,
+attention scores included without FlashAttention) -- plus the ZeRO-3/FSDP gather buffers;
+(2) the optimizer step: states + the step's temporaries (``4 B`` per local optimizer parameter:
+PyTorch's foreach Adam materialises ``sqrt(v)`` for the whole group, ``torch/optim/adam.py
+_multi_tensor_adam``), activations and gathers freed.
+ZeRO-3/FSDP gather (DeepSpeed ``estimate_zero3_model_states_mem_needs``: ``4 B x`` the largest
+layer, its gathered fp16 parameters and gradients; FSDP gathers a wrapped module whole): the
+largest module of the stage (a block, the embedding or the output layer -- for Llama-3.1-8B the
+output layer, 2.4x a block) gathered with its unsharded gradient (2 B, plus a 4 B fp32 copy
+for the reduce-scatter under fp32 reduction), and the next block prefetched (2 B). With
+``reshard_after_forward`` off (FSDP2; torchtitan under pipeline parallelism) the stage's bf16
+parameters stay gathered from the forward to the backward: ``2 psi`` instead.
+
+**What a measured figure is.** ``allocated`` = the peak above (``torch.cuda.max_memory_allocated``);
+``reserved`` = allocated + the caching allocator's reserved-but-unused memory
+(``torch.cuda.max_memory_reserved``, which torchtitan logs as "memory"), ``fragmentation`` x the
+bytes allocated and freed every micro-batch (activations, transients, gathers: the variety of
+sizes is what fragments); ``device`` (nvidia-smi) = reserved + what lives outside PyTorch's
+allocator: ``framework_overhead_gib`` (CUDA context, library handles) and NCCL's buffers, one set
+per communicator (:data:`NCCL_COMMUNICATOR_BYTES`). Feasibility is judged on the device figure
+(reserved + outside-allocator) against capacity x (1 - headroom).
 All byte counts are per GPU, numpy arrays over the candidates.
 """
 
@@ -41,16 +79,80 @@ from plan_search.planner.costmodel.arrays import PlanArrays
 
 GIB = float(2**30)
 
+#: What the calibrated terms saw (``EfficiencySpec.fragmentation`` in hardware/spec.py and
+#: :data:`SP_GATHER_BUFFERS` below) and how well the whole model does:
+#: ``python bench/memory_fidelity.py --fit`` (2026-12-01) on the 11 rows of planner/runs_2026_12.csv
+#: with a measured peak -- torchtitan's 2024-12 H100 benchmark (rows 91-101: its Tables 2, 4, 5, 6;
+#: Llama-3.1 8B/70B/405B, FSDP2 + TP/PP/CP, full activation checkpointing, Float8), whose figure is
+#: PyTorch's reserved peak in GiB on 96 GB H100s. Fit (mean squared log error, grid): fragmentation
+#: 0.31, SP gather buffers 5.8. Errors at those values: median |error| 3.6%, from -7.4% (405B at
+#: 262K tokens, Table 6) to +4.7%; leave-one-table-out (both terms refitted without the table:
+#: fragmentation 0.275-0.405, buffers 3.9-7.3): median |error| 4.6%, worst 7.7% (Table 4). No row
+#: of published_runs.csv has a measured peak; no nvidia-smi or max_memory_allocated figure was
+#: available, so the outside-allocator terms (CUDA context, NCCL) are priors, not fitted.
+MEMORY_FIT_NOTE = ("fragmentation 0.31 and SP_GATHER_BUFFERS 5.8 fitted by bench/memory_fidelity.py --fit on "
+                   "planner/runs_2026_12.csv rows 91-101 (torchtitan 2024-12, PyTorch reserved peak, 96 GB H100); "
+                   "median |error| 3.6%, leave-one-table-out 4.6% (worst 7.7%)")
 
-def model_state_bytes(params_local, zero, dp, fp32_grads) -> dict:
-    """Weights, gradients and optimizer states per GPU for ``params_local`` parameters."""
+#: Default fraction of GPU memory kept free when judging feasibility (plan-estimate, the search's
+#: SearchRequest.memory_headroom). Chosen from the measured errors above: the most the model
+#: under-predicted a measured peak is 6.3 GiB, 6.6% of that GPU's capacity (405B at 262K tokens:
+#: 84.9 measured, 78.6 predicted of 95.6 GiB), so 7% keeps a plan predicted to fit at least as safe
+#: as the worst measured case; the tightest run that ran is predicted to leave 7.5% of its GPU
+#: free (Table 2's 8B rows, 88.4 of 95.6 GiB on the device), so 7% refuses none of the runs known
+#: to run (the old 10% would have refused them). The margin between the two is thin: a plan
+#: predicted within 7% of capacity is refused though some such plans run.
+DEFAULT_MEMORY_HEADROOM = 0.07
+
+#: NCCL device buffers per communicator: NCCL_BUFFSIZE (4 MiB default, NCCL environment-variable
+#: docs) per channel and direction, for up to 32 channels (NCCL_MAX_NCHANNELS on NVLink systems):
+#: 2 x 32 x 4 MiB = 256 MiB. Outside PyTorch's allocator (in nvidia-smi, not in torch's reserved).
+#: A prior from that arithmetic, not fitted (no row measured nvidia-smi).
+NCCL_COMMUNICATOR_BYTES = 2 * 32 * 4 * 2**20
+
+#: Full-sequence activation buffers (``2 T h`` bytes: the all-gathered input of a sequence-parallel
+#: layer) that sequence parallelism keeps at the peak beyond the stored activations: the re-run
+#: layer's all-gathered GEMM inputs (DTensor's ColwiseParallel saves the gathered input for the
+#: weight gradient), the gradient before its reduce-scatter, and copies the caching allocator
+#: keeps per communication stream. Fitted with ``fragmentation`` (see the fit note above).
+SP_GATHER_BUFFERS = 5.8
+
+#: Loss buffers beyond the stored fp32 log-probabilities (4 B per logit), at the loss's worst
+#: instant. PyTorch's unfused ``cross_entropy(pred.float(), labels)`` (torchtitan's loss, 2024-12):
+#: the forward holds the bf16 ``pred`` (2 B), its fp32 copy (4 B) and the log-softmax output it
+#: saves (4 B): 10 B; the backward holds the saved output (4 B), ``nll_loss_backward``'s dense fp32
+#: gradient (4 B) and ``log_softmax_backward``'s result (4 B): 12 B -- 8 B beyond the stored 4 B.
+#: (Megatron's fused vocab-parallel cross entropy works in place and needs less: an upper bound there.)
+LOSS_EXTRA_BYTES_PER_LOGIT = 8.0
+
+#: Optimizer-step temporaries per local optimizer parameter: PyTorch's foreach Adam/AdamW
+#: (torch/optim/adam.py ``_multi_tensor_adam``: ``exp_avg_sq_sqrt = torch._foreach_sqrt(...)``)
+#: materialises one fp32 tensor per parameter of the group. Counted for ZeRO-3 plans (FSDP with a
+#: torch optimizer, torchtitan's default foreach AdamW); ZeRO 0-2 plans are taken to run a fused
+#: multi-tensor Adam in place (Megatron's TE/Apex FusedAdam, DeepSpeed's FusedAdam): none.
+OPTIMIZER_TEMP_BYTES_PER_PARAM = 4.0
+
+#: Which figure a measured peak is: torch.cuda.max_memory_allocated, max_memory_reserved
+#: (torchtitan's "memory"), or nvidia-smi (reserved + CUDA context + NCCL).
+MEASURE_KINDS = ("allocated", "reserved", "device")
+
+
+def shard_degree(x: PlanArrays):
+    """GPUs a ZeRO/FSDP shard group spans: ``dp_shard`` (default ``dp``) x ``cp``."""
+    return x.shard * x.cp
+
+
+def model_state_bytes(params_local, zero, dp, fp32_grads, grad_bf16_copy=False, optimizer_offload=False,
+                      grads_whole=False) -> dict:
+    """Weights, gradients and optimizer states per GPU for ``params_local`` parameters sharded
+    over ``dp`` ranks. ``grads_whole``: ZeRO-2/3 gradients reduced once per step (kept whole)."""
     psi = np.asarray(params_local, dtype=float)
     d = np.asarray(dp, dtype=float)
     z = np.asarray(zero)
-    g = np.where(fp32_grads, 4.0, 2.0)
+    g = np.where(fp32_grads, 4.0, 2.0) + np.where(grad_bf16_copy, 2.0, 0.0)
     weights = np.where(z >= 3, 2.0 * psi / d, 2.0 * psi)
-    grads = np.where(z >= 2, g * psi / d, g * psi)
-    optim = np.where(z >= 1, 12.0 * psi / d, 12.0 * psi)
+    grads = np.where((z >= 2) & ~np.asarray(grads_whole, dtype=bool), g * psi / d, g * psi)
+    optim = np.where(optimizer_offload, 0.0, np.where(z >= 1, 12.0 * psi / d, 12.0 * psi))
     return {"weights": weights, "gradients": grads, "optimizer": optim}
 
 
@@ -86,6 +188,17 @@ def layer_activation_bytes(model: ModelSpec, x: PlanArrays):
     return stored, recomputed
 
 
+def rematerialised_layer_bytes(model: ModelSpec, x: PlanArrays):
+    """What one layer holds while full recomputation re-runs its forward in the backward: its
+    whole stored set, the attention scores included unless FlashAttention is on."""
+    T = (x.mb * x.seq // x.cp).astype(float)
+    t = x.tp.astype(float)
+    r = activation_bytes_per_token(model, x)
+    replicated = np.where(x.sp, r["replicated"] / t, r["replicated"])
+    scores = np.where(x.fa, 0.0, r["scores"] / t)
+    return T * (replicated + r["tp_region"] / t + scores)
+
+
 STAGES = ("first", "middle", "last")
 
 
@@ -101,12 +214,17 @@ def in_flight_chunks(x: PlanArrays, stage: str):
     return np.maximum(np.where(v > 1, inter, one_f1b), 1).astype(float)
 
 
+def _end_params(model: ModelSpec):
+    """(embedding, output layer) parameters, whole (before tensor parallelism)."""
+    h, V = model.hidden_size, model.vocab_size
+    emb = V * h + (model.seq_len * h if model.position == "learned" else 0)
+    return emb, V * h
+
+
 def stage_params(model: ModelSpec, x: PlanArrays, stage: str):
     """Parameters one GPU of the ``first`` or ``last`` stage holds (after tensor parallelism)."""
     per_layer = experts.nonexpert_layer_params(model)  # routed experts: added below, /(ep*etp)
-    h, V = model.hidden_size, model.vocab_size
-    emb = V * h + (model.seq_len * h if model.position == "learned" else 0)
-    out = V * h
+    emb, out = _end_params(model)
     final_norm = counting.norm_params(model)
     single = x.pp == 1
     if stage == "first":
@@ -121,22 +239,55 @@ def stage_params(model: ModelSpec, x: PlanArrays, stage: str):
     return (layers * per_layer + extra) / x.tp + experts.stage_expert_params(model, x, stage)
 
 
+def largest_module_params(model: ModelSpec, x: PlanArrays, stage: str):
+    """Parameters of the largest module one GPU of the stage gathers whole under ZeRO-3/FSDP: a
+    block, the embedding (first stage) or the output layer (last stage), after tensor parallelism
+    (the embedding and output layer are vocabulary-parallel)."""
+    emb, out = _end_params(model)
+    has_embed = (x.pp == 1) | (stage == "first")
+    has_output = (x.pp == 1) | (stage == "last")
+    own_output = (x.pp > 1) | (not model.tied_embeddings)
+    ends = np.maximum(np.where(has_embed, emb / x.tp, 0.0), np.where(has_output & own_output, out / x.tp, 0.0))
+    return np.maximum(experts.layer_params_local(model, x), ends)
+
+
+def communicators(x: PlanArrays):
+    """NCCL communicators a GPU belongs to: the world group, and one per parallel group of more
+    than one rank (tp, cp, dp, the dp x cp gradient group, pp)."""
+    return (1 + (x.tp > 1).astype(float) + (x.cp > 1) + (x.dp > 1) + ((x.dp > 1) & (x.cp > 1))
+            + (x.pp > 1) + (x.ep > 1))
+
+
 def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, stage: str) -> dict:
     """Breakdown of the peak memory of one GPU of the ``first``, ``middle`` or ``last`` stage, bytes."""
     eff = cluster.efficiency
-    layers = {"first": x.first, "middle": x.mid, "last": x.last}[stage]
+    h, V = model.hidden_size, model.vocab_size
+    layers = {"first": x.first, "middle": x.mid, "last": x.last}[stage].astype(float)
+    has_embed = (x.pp == 1) | (stage == "first")
+    has_output = (x.pp == 1) | (stage == "last")
     psi = stage_params(model, x, stage)
     psi_e = experts.stage_expert_params(model, x, stage)  # sharded over the edp group instead
-    states = model_state_bytes(psi - psi_e, x.zero, x.dp, x.fp32_grads)
-    states_e = model_state_bytes(psi_e, x.zero, x.tp * x.cp * x.dp // (x.ep * x.etp), x.fp32_grads)
+    d = shard_degree(x)
+    whole = (x.zero >= 2) & ~x.grad_mb
+    kw = dict(grad_bf16_copy=x.grad_bf16, optimizer_offload=x.opt_offload, grads_whole=whole)
+    states = model_state_bytes(psi - psi_e, x.zero, d, x.fp32_grads, **kw)
+    states_e = model_state_bytes(psi_e, x.zero, x.tp * x.cp * x.dp // (x.ep * x.etp), x.fp32_grads, **kw)
     states = {k: states[k] + states_e[k] for k in states}
     # quantized weight copies of a low-precision recipe (issue 12; compute.lowp_weight_copy_bytes).
+    # Not kept under ZeRO-3/FSDP: the gathered bf16 module is quantized on the fly and its FP8 copy
+    # lives only as long as the module's forward or backward (torchao Float8Linear with FSDP2;
+    # saved FP8 tensors are dropped by activation checkpointing), a transient of the gather.
     lowp = compute.lowp_weight_copy_bytes(psi, x, cluster)
     states["weights"] = states["weights"] + np.where(x.zero >= 3, 0.0, lowp)
+    states_total = states["weights"] + states["gradients"] + states["optimizer"]
+
+    # -- stored activations (Korthikanti accounting)
     stored, recomputed = layer_activation_bytes(model, x)
+    remat = rematerialised_layer_bytes(model, x)
     if model.is_moe:  # the stage's MoE layers store more than a dense layer (mean over its layers)
         n_moe = experts.stage_moe_layers(model, x)[stage]
-        stored = stored + n_moe / np.maximum(layers, 1) * experts.moe_activation_delta_per_layer(model, x)
+        delta = n_moe / np.maximum(layers, 1) * experts.moe_activation_delta_per_layer(model, x)
+        stored, remat = stored + delta, remat + delta
     n_rc = np.minimum(x.rc_layers, layers)
     per_chunk_layers = layers / x.vpp
     chunks = in_flight_chunks(x, stage)
@@ -144,29 +295,59 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     # recomputed layers are the first ones of the stage, Megatron's block method).
     rc_per_chunk = np.minimum(n_rc / x.vpp, per_chunk_layers)
     per_chunk = rc_per_chunk * recomputed + (per_chunk_layers - rc_per_chunk) * stored
-    working = np.where(n_rc > 0, stored, 0.0)  # one layer rematerialised during its backward
+    layer_acts = chunks * per_chunk
+    kept_per_layer = np.where(n_rc > 0, recomputed, stored)
+    layer_acts = np.where(x.act_offload, np.minimum(layer_acts, 2.0 * kept_per_layer), layer_acts)
     T = (x.mb * x.seq // x.cp).astype(float)
-    if stage == "first":
-        edge = chunks / x.vpp * 3.0 * T * model.hidden_size  # embedding output of in-flight batches
-    elif stage == "middle":
-        edge = np.zeros_like(T)
-    else:
-        edge = 4.0 * T * model.vocab_size / x.tp  # fp32 logits / cross-entropy buffer
-    activations = chunks * per_chunk + working + edge
-    # the layers in flight: the one computing and the one prefetched -- but no more than the
-    # stage has (a one-layer stage has nothing to prefetch)
-    in_flight = np.minimum(layers, 2)
-    gather = np.where((x.zero >= 3) & (x.dp > 1), in_flight * 2.0 * experts.layer_params_local(model, x), 0.0)
-    overhead = eff.framework_overhead_gib * GIB + eff.fragmentation * activations
-    total = states["weights"] + states["gradients"] + states["optimizer"] + activations + gather + overhead
+    sp_div = np.where(x.sp, x.tp, 1).astype(float)
+    mask = (h if model.dropout else 0.0) / sp_div
+    embed = np.where(has_embed, chunks / x.vpp * T * (8.0 + mask), 0.0)
+    output = np.where(has_output, T * (4.0 * h / sp_div + 4.0 * V / x.tp), 0.0)
+    activations = layer_acts + embed + output
+
+    # -- transients of the backward moment (the larger: they never coincide)
+    remat_t = np.where(n_rc > 0, remat, 0.0)
+    loss_t = np.where(has_output, LOSS_EXTRA_BYTES_PER_LOGIT * T * V / x.tp, 0.0)
+    transient = np.maximum(remat_t, loss_t)
+
+    # -- ZeRO-3 / FSDP gathers
+    largest = largest_module_params(model, x, stage)
+    prefetch = np.where(layers >= 2, experts.layer_params_local(model, x), 0.0)
+    unsharded_grad = np.where(x.fp32_grads, 2.0 + 4.0, 2.0) * largest
+    resharded = 2.0 * (largest + prefetch) + unsharded_grad
+    kept = 2.0 * psi + unsharded_grad
+    gather = np.where((x.zero >= 3) & (d > 1), np.where(x.reshard, resharded, kept), 0.0)
+
+    backward_moment = states_total + activations + transient + gather
+    opt_params = np.where(x.zero >= 1, psi / d, psi)
+    opt_temp = np.where(x.opt_offload | (x.zero < 3), 0.0, OPTIMIZER_TEMP_BYTES_PER_PARAM * opt_params)
+    optimizer_moment = states_total + opt_temp
+    # The allocator's reserved-but-unused memory: a fraction of the bytes allocated and freed every
+    # micro-batch (stored activations and gathers: many sizes; the loss and re-run-layer buffers
+    # are a few blocks reused whole), plus the full-sequence buffers sequence parallelism's
+    # all-gathers materialise (2 T h bytes each: saved for the weight gradient, cached per stream).
+    sp_buffers = np.where(x.sp, SP_GATHER_BUFFERS * 2.0 * T * h, 0.0)
+    reserved_bwd = backward_moment + eff.fragmentation * (activations + gather) + sp_buffers
+    reserved_opt = optimizer_moment + eff.fragmentation * opt_temp
+    at_optimizer = reserved_opt > reserved_bwd
+    allocated = np.where(at_optimizer, optimizer_moment, backward_moment)
+    reserved = np.maximum(reserved_bwd, reserved_opt)
+    slack = reserved - allocated
+    outside = eff.framework_overhead_gib * GIB + NCCL_COMMUNICATOR_BYTES * communicators(x)
+    device = reserved + outside
     return {
         "weights": states["weights"],
         "gradients": states["gradients"],
         "optimizer": states["optimizer"],
-        "activations": activations,
-        "zero3_gather_buffer": gather,
-        "framework_overhead": overhead,
-        "total": total,
+        "activations": np.where(at_optimizer, 0.0, activations),
+        "transient": np.where(at_optimizer, optimizer_moment - states_total, transient),
+        "zero3_gather_buffer": np.where(at_optimizer, 0.0, gather),
+        "allocator_slack": slack,
+        "framework_overhead": outside,
+        "allocated": allocated,  # at the moment of the reserved peak
+        "allocated_max": np.maximum(backward_moment, optimizer_moment),
+        "reserved": reserved,
+        "total": device,
     }
 
 
@@ -181,3 +362,19 @@ def peak_memory(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
     out = {k: np.choose(worst, [per[0][k], per[1][k], per[2][k]]) for k in per[0]}
     out["worst_stage"] = worst
     return out
+
+
+def as_measured(mem: dict, kind: str, capacity_bytes: float):
+    """The predicted figure a source measured (``kind`` in :data:`MEASURE_KINDS`), bytes. A
+    caching allocator under pressure frees its cached blocks and retries before failing
+    (PyTorch CUDACachingAllocator ``release_cached_blocks``), so a measured reserved peak never
+    exceeds what the device leaves it: reserved is capped at capacity minus what lives outside
+    the allocator, the device figure at capacity (when the allocated peak itself fits)."""
+    if kind == "allocated":
+        return mem["allocated_max"]
+    room = capacity_bytes - mem["framework_overhead"]
+    if kind == "reserved":
+        return np.where(mem["allocated"] <= room, np.minimum(mem["reserved"], room), mem["reserved"])
+    if kind == "device":
+        return np.where(mem["allocated"] <= room, np.minimum(mem["total"], capacity_bytes), mem["total"])
+    raise ValueError(f"measure: {kind!r} is not one of {', '.join(MEASURE_KINDS)}")

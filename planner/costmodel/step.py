@@ -28,6 +28,7 @@ from plan_search.planner.costmodel import compute
 from plan_search.planner.costmodel import dispatch
 from plan_search.planner.costmodel import experts
 from plan_search.planner.costmodel import memory
+from plan_search.planner.costmodel import offload
 from plan_search.planner.costmodel import pipeline
 from plan_search.planner.costmodel.arrays import PlanArrays
 
@@ -174,6 +175,13 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
     out["dp_comm_s"] = exposed["grad_s"] + exposed["param_s"]
     out["optimizer_s"] = compute.optimizer_s(psi, cluster, x) + dispatch.expert_optimizer_s(psi_e, cluster=cluster, x=x)
     out["optimizer_s"] = out["optimizer_s"] + compute.weight_cast_s(psi + psi_e, cluster, x)  # issue 12
+    # issue 11: host offload of the optimizer (replaces the GPU step) and of the activations
+    shard = np.where(x.zero >= 1, psi / memory.shard_degree(x), psi)
+    out["optimizer_s"] = np.where(x.opt_offload, offload.optimizer_offload_s(shard, x, cluster), out["optimizer_s"])
+    stored, recomputed = memory.layer_activation_bytes(model, x)
+    kept = np.where(x.rc_layers > 0, recomputed, stored) * layers_slow
+    out["memory_bound_s"] = out["memory_bound_s"] + m * offload.activation_offload_exposed_s(
+        kept, pick("compute_s"), x, cluster)
     out["overhead_s"] = np.full(len(x), eff.step_overhead_s)
     step = sum(out[k] for k in TIME_KEYS)
     n_rc_slow = np.minimum(x.rc_layers, layers_slow)
