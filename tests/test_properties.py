@@ -258,8 +258,7 @@ def test_optimum_is_never_slower_than_a_plan_estimate_accepts(data):
     res = run_search(req, model, system)
     rq = SearchRequest.model_validate(req)
     gbs = rq.global_batch or [model.global_batch]
-    sp = enumerate_space(model, cluster, [n], gbs, rq.seq_len or model.seq_len, rq.knobs, rq.precision,
-                         rq.overlap_tp_comm, fp32_grads=rq.fp32_grads)
+    sp = enumerate_space(model, cluster, [n], gbs, rq.seq_len or model.seq_len, rq.knobs)
     assume(len(sp))
     rows = data.draw(st.lists(st.integers(0, len(sp) - 1), min_size=1, max_size=25, unique=True))
     accepted = []
@@ -424,7 +423,7 @@ def _brute_force(model, cluster, counts, gb, seq, knobs: Knobs) -> set:
                 continue
             for zero in ([z for z in knobs.zero] if dp > 1 else [min(knobs.zero)]):
                 base = dict(num_gpus=n, tp=tp, pp=pp, cp=cp, vpp=vpp, micro_batch=mb, global_batch=gb, seq_len=seq,
-                            zero=zero, overlap_tp_comm=True, **split)
+                            zero=zero, **split)
                 try:
                     probe = Plan(**base, recompute="none")
                     probe.check_against(model)
@@ -481,8 +480,8 @@ def test_space_is_exactly_what_plan_validation_accepts(model, system, counts, gb
 def _answer(res) -> dict:
     """A result without its timings (the only thing allowed to differ between runs)."""
     d = res.model_dump(mode="json")
-    d["stats"] = {k: v for k, v in d["stats"].items() if not k.endswith("_s") and k != "workers"}
-    d["request"] = {k: v for k, v in d["request"].items() if k not in ("workers", "time_limit_s")}
+    d["stats"] = {k: v for k, v in d["stats"].items() if not k.endswith("_s") and k != "solver_threads"}
+    d["request"] = {k: v for k, v in d["request"].items() if k not in ("solver_threads", "time_limit_s")}
     return d
 
 
@@ -494,7 +493,7 @@ def test_same_input_same_output_across_runs_workers_and_time_limits(data):
     first = run_search(req, model, system)
     assume(first is not None and first.stats.proven_optimal)
     again = run_search(req, model, system)
-    two = run_search({**req, "workers": 2}, model, system)
+    two = run_search({**req, "solver_threads": 2}, model, system)
     longer = run_search({**req, "time_limit_s": 600.0}, model, system)
     seeded = run_search({**req, "seed": 12345}, model, system)
     for other in (again, two, longer, seeded):

@@ -58,6 +58,14 @@ def hardware_flops_per_iteration(model: ModelSpec, x: PlanArrays):
     return model_flops_per_iteration(model, x) + x.gb.astype(float) * x.seq * extra
 
 
+def memory_fit(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, memory_headroom: float = 0.0):
+    """(memory breakdown, usable bytes, fits): the one feasibility rule, which the search also
+    applies on its own before timing (memory first: a plan that does not fit is not timed)."""
+    mem = memory.peak_memory(model, cluster, x)
+    usable = cluster.gpu.memory_gib * GIB * (1.0 - memory_headroom)
+    return mem, usable, mem["total"] <= usable
+
+
 def evaluate(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -68,7 +76,7 @@ def evaluate(
 ) -> dict:
     """All figures for every candidate in ``x`` (numpy arrays)."""
     st = step.step_time(model, cluster, x)
-    mem = memory.peak_memory(model, cluster, x)
+    mem, usable, fits = memory_fit(model, cluster, x, memory_headroom)
     step_s = st["step_s"]
     n = x.num_gpus.astype(float)
     tokens_per_step = x.gb.astype(float) * x.seq
@@ -76,9 +84,6 @@ def evaluate(
     peak_bf16 = cluster.gpu.peak("bf16") * 1e12
     model_tflops = model_flops_per_iteration(model, x) / step_s / n / 1e12
     hw_tflops = hardware_flops_per_iteration(model, x) / step_s / n / 1e12
-    capacity = cluster.gpu.memory_gib * GIB
-    usable = capacity * (1.0 - memory_headroom)
-    fits = mem["total"] <= usable
     out = {
         "step_s": step_s,
         "breakdown": st["breakdown"],

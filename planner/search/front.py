@@ -68,7 +68,7 @@ from plan_search.models.spec import ModelSpec
 
 from plan_search.planner.costmodel.arrays import PlanArrays
 from plan_search.planner.costmodel.estimate import pack
-from plan_search.planner.costmodel.evaluate import evaluate
+from plan_search.planner.costmodel.evaluate import GIB, evaluate, memory_fit
 from plan_search.planner.search.request import (
     MAX_GPUS,
     Alternative,
@@ -173,28 +173,65 @@ class System:
 
 def evaluate_columns(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, request: SearchRequest,
                      deadline: float = math.inf) -> dict:
-    """:data:`COLUMNS` of :func:`evaluate` for every row of ``x``, in chunks of EVAL_CHUNK, plus
-    ``done`` (False for rows left unevaluated because the time limit passed: they count as
-    infeasible and the result is flagged not proven)."""
+    """:data:`COLUMNS` for every row of ``x``, in chunks of EVAL_CHUNK, plus ``done`` (False for
+    rows left unevaluated because the time limit passed: they count as infeasible and the result
+    is flagged not proven) and ``timed``.
+
+    Memory first: every row's memory is priced (the same :func:`memory.peak_memory` that
+    :func:`evaluate` calls), and only the rows that fit are timed by :func:`evaluate`; a row over
+    memory keeps ``days`` etc. at ``inf`` and ``timed`` False until :func:`time_rows` prices it
+    (the "memory binds" figure of a front point needs the fastest over-memory plan of its count)."""
     parts = {k: [] for k in COLUMNS}
     n = len(x)
     stop = n
+    usable = cluster.gpu.memory_gib * GIB * (1.0 - request.memory_headroom)
     for a in range(0, n, EVAL_CHUNK):
         if a and time.perf_counter() > deadline:
             stop = a
             break
-        r = evaluate(model, cluster, x.take(slice(a, a + EVAL_CHUNK)), memory_headroom=request.memory_headroom,
-                     tokens=request.tokens, checkpoint_interval_h=request.checkpoint_interval_h)
+        chunk = x.take(slice(a, a + EVAL_CHUNK))
+        mem, usable, fits = memory_fit(model, cluster, chunk, request.memory_headroom)
+        cols = {k: np.full(len(chunk), np.inf) for k in COLUMNS}
+        cols["memory_peak_gib"] = mem["total"] / GIB
+        cols["memory_usable_gib"] = np.full(len(chunk), usable / GIB)
+        cols["fits"] = fits
+        idx = np.flatnonzero(fits)
+        if len(idx):
+            r = evaluate(model, cluster, chunk.take(idx), memory_headroom=request.memory_headroom,
+                         tokens=request.tokens, checkpoint_interval_h=request.checkpoint_interval_h)
+            for k in COLUMNS:
+                if k not in ("fits", "memory_usable_gib"):
+                    cols[k][idx] = np.asarray(r[k])
+        cols["timed"] = fits
         for k in COLUMNS:
-            parts[k].append(np.asarray(r[k]))
+            parts[k].append(np.asarray(cols[k]))
+        parts.setdefault("timed", []).append(fits)
     if stop < n:
         for k in COLUMNS:
             fill = False if k == "fits" else (np.nan if k in ("memory_usable_gib",) else np.inf)
             parts[k].append(np.full(n - stop, fill, dtype=bool if k == "fits" else float))
+        parts.setdefault("timed", []).append(np.zeros(n - stop, dtype=bool))
     out = {k: (np.concatenate(v) if v else np.zeros(0, dtype=bool if k == "fits" else float))
            for k, v in parts.items()}
+    out.setdefault("timed", np.zeros(0, dtype=bool))
     out["done"] = np.arange(n) < stop
     return out
+
+
+def time_rows(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, cols: dict, rows: np.ndarray,
+              request: SearchRequest) -> None:
+    """Price (in place) the step-time columns of ``rows`` that memory-first evaluation skipped."""
+    rows = rows[~cols["timed"][rows]]
+    if not len(rows):
+        return
+    for a in range(0, len(rows), EVAL_CHUNK):
+        rr = rows[a:a + EVAL_CHUNK]
+        r = evaluate(model, cluster, x.take(rr), memory_headroom=request.memory_headroom,
+                     tokens=request.tokens, checkpoint_interval_h=request.checkpoint_interval_h)
+        for k in COLUMNS:
+            if k not in ("fits", "memory_usable_gib", "memory_peak_gib"):
+                cols[k][rr] = np.asarray(r[k])
+    cols["timed"][rows] = True
 
 
 def _concat_spaces(spaces: list[Space]) -> Space:
@@ -867,13 +904,19 @@ def _relaxed(m: dict, name: str) -> np.ndarray:
     return out
 
 
-def binding_days(systems, ms, groups, n_groups) -> dict[str, np.ndarray]:
-    """Per group, the fastest run when one per-plan constraint (memory, comm ratio) is lifted."""
+def binding_days(systems, ms, groups, n_groups, request=None, want=None) -> dict[str, np.ndarray]:
+    """Per group, the fastest run when one per-plan constraint (memory, comm ratio) is lifted.
+    ``want`` (groups): price the over-memory plans of those groups only (memory-first evaluation
+    left them untimed); the other groups' memory figure is then a lower bound of inf."""
     out = {}
     for name in ("memory", "comm_ratio"):
         best = np.full(n_groups, np.inf)
         for s, m, g in zip(systems, ms, groups):
             r = _relaxed(m, name)
+            if name == "memory" and request is not None and "timed" in s.cols:
+                need = np.flatnonzero(r & (np.isin(g, want) if want is not None else True))
+                time_rows(s.space.model, s.cluster, s.space.x, s.cols, need, request)
+                r = r & s.cols["timed"]
             np.minimum.at(best, g[r], s.cols["days"][r])
         out[name] = best
     return out
@@ -1103,7 +1146,9 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
     t_solve = time.perf_counter() - t_solve0
 
     own = system_fronts(table, front_rows, len(systems))
-    front, others = _front_points(systems, table, front_rows, req, binding_days(systems, ms, groups, n_groups), own)
+    want = np.unique(table.group[np.asarray(front_rows + [rec], dtype=np.int64)]) if front_rows else None
+    bind = binding_days(systems, ms, groups, n_groups, req, want)
+    front, others = _front_points(systems, table, front_rows, req, bind, own)
     rec_sys = systems[int(table.system[rec])]
     rec_row = int(table.row[rec])
     rec_plan = rec_sys.space.plan(rec_row)
