@@ -452,7 +452,7 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
     for key, val in (("deadline_days", deadline_days), ("budget_usd", budget_usd), ("max_power_kw", max_power_kw),
                      ("time_limit_s", time_limit)):
         if val is not None:
-            data[key] = _positive(val, key.replace("_", "-"))
+            data[key] = _positive(val, key.removesuffix("_s").replace("_", "-"))  # the option: --time-limit
     for key, val in (("memory_headroom", memory_headroom), ("max_comm_ratio", max_comm_ratio)):
         if val is not None:
             if not math.isfinite(val):
@@ -481,10 +481,13 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
 
     from plan_search.planner.search.front import search
 
-    if plot_file:  # fail before searching when matplotlib is missing
+    if plot_file:  # fail before searching when matplotlib is missing or the file cannot be written
+        from plan_search.models.output import check_output
         from plan_search.planner.plots import require_matplotlib
 
         require_matplotlib()
+        check_output(plot_file, "--plot", [f for f in (request_file, request.model, *request.gpu) if f and f != "-"],
+                     make_parents=True)
     try:
         result = search(request)
     except NoFeasiblePlan as exc:

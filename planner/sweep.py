@@ -684,7 +684,26 @@ def _worker_init() -> None:
     except OSError:  # pragma: no cover
         pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _watch_parent(os.getppid())
+    parent = os.getppid()
+    _die_with_parent()
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(1)
+    _watch_parent(parent)
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this worker when its parent dies (``prctl(PR_SET_PDEATHSIG)``),
+    even while it is inside a solve that holds the GIL (where the watching thread cannot run)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):  # pragma: no cover
+        pass
 
 
 def _watch_parent(parent: int, interval_s: float = 0.5) -> None:
