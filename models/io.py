@@ -155,6 +155,21 @@ def _admits_bool(value: Any, tp: Any) -> bool:
     return True
 
 
+def _has_bool(value: Any, depth: int = 0) -> bool:
+    """Whether a boolean is in ``value`` (lists and mappings looked into, 3 levels deep): the cheap
+    test before the annotation is looked at (a request's 10,000 GPU counts are ints)."""
+    if isinstance(value, bool):
+        return True
+    if depth >= 3:
+        return False
+    if isinstance(value, (list, tuple)):
+        return any(type(v) is bool or (isinstance(v, (list, tuple, dict)) and _has_bool(v, depth + 1))
+                   for v in value)
+    if isinstance(value, dict):
+        return any(_has_bool(v, depth + 1) for v in value.values())
+    return False
+
+
 def refuse_bools(cls, data: Any) -> Any:
     """A ``model_validator(mode="before")`` body: refuse a boolean given for a number (``"gpus":
     [true]`` is not one GPU; pydantic's lax mode would take True as 1) in every field of
@@ -162,7 +177,7 @@ def refuse_bools(cls, data: Any) -> Any:
     if isinstance(data, dict):
         for name, value in data.items():
             f = cls.model_fields.get(name) if isinstance(name, str) else None
-            if f is None or not isinstance(value, (bool, list, tuple, dict)):
+            if f is None or not _has_bool(value):
                 continue
             if not _admits_bool(value, f.annotation):
                 raise ValueError(f"{name}: {short_repr(value)} holds a boolean (true/false) where a number or "

@@ -1089,8 +1089,12 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
     systems: list[System] = []
     t_enum = t_eval = 0.0
     cut = None  # what stopped a default GPU range short (time_limit, max_candidates), if anything
+    skipped: list[str] = []  # systems the time limit left unsearched (the first one is always searched)
     for k, c in enumerate(clusters):
-        if req.gpus or _upper_cap(c, req):
+        if k and time.perf_counter() > deadline:
+            skipped.append(c.name)
+            counts, sp = np.zeros(0, dtype=np.int64), None
+        elif req.gpus or _upper_cap(c, req):
             counts = gpu_counts(c, req)
             a = time.perf_counter()
             sp = _enumerate(model, c, counts, gbs, seq, req) if len(counts) else None
@@ -1118,7 +1122,8 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
     feasible = [m["feasible"] for m in ms]
     n_feas = int(sum(f.sum() for f in feasible))
     if n_feas == 0:
-        raise explain_infeasible(model, systems, gbs, seq, req, ms, cut, deadline)
+        raise explain_infeasible(model, systems, gbs, seq, req, ms, cut or ("time_limit" if skipped else None),
+                                 deadline)
 
     labels = [s.name for s in systems]
     groups, n_groups = group_ids(systems)
@@ -1163,13 +1168,21 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
     evaluated = int(sum(m["done"].sum() for m in ms))
     mem_rej = int(sum((~m["memory"]).sum() for m in ms))
     comm_rej = int(sum((m["done"] & m["memory"] & ~m["comm_ratio"]).sum() for m in ms))
-    proven = proven and evaluated == total and not cut
+    solved = proven
+    proven = proven and evaluated == total and not cut and not skipped
+    what_cut = [f"{name}: not searched (time limit)" for name in skipped]
+    if cut:
+        what_cut.append(f"default GPU range: stopped by {cut.replace('_', ' ')}")
+    if evaluated < total:
+        what_cut.append(f"evaluation: {total - evaluated:,} of {total:,} candidates not evaluated (time limit)")
+    if not solved:
+        what_cut.append("solve: not proven optimal within the time limit")
     stats = SearchStats(
         candidates=total, memory_rejected=mem_rej, evaluated=evaluated, comm_rejected=comm_rej, feasible=n_feas,
         pruned=n_feas - len(table), solver_candidates=len(table),
         gpu_counts=int(sum(len(s.counts) for s in systems)), solves=solves, enumerate_s=t_enum, evaluate_s=t_eval,
         solve_s=t_solve, total_s=time.perf_counter() - t0, proven_optimal=bool(proven), solver=req.solver,
-        solver_threads=req.solver_threads,
+        solver_threads=req.solver_threads, cut=what_cut,
     )
     inputs = ResolvedInputs(model=model.name, params=counting.total_params(model), systems=labels,
                             gpu_counts={s.name: [int(n) for n in s.counts] for s in systems},

@@ -423,6 +423,8 @@ class SearchStats(_Doc):
     proven_optimal: bool
     solver: str
     solver_threads: int
+    cut: list[str] = Field(default_factory=list, description="what the time limit (or max_candidates) cut short: "
+                           "systems not searched, a default GPU range, candidates not evaluated, an unproven solve")
 
 
 class ResolvedInputs(_Doc):
