@@ -89,6 +89,8 @@ def _brute_force(model, cluster, counts, gb, seq, knobs: Knobs):
             if edge % 2 or edge // 2 < max(2, -(-mid // 2)):  # end stages of >= 2 layers and half a middle one
                 continue
             split = dict(first_stage_layers=edge // 2, last_stage_layers=edge // 2)
+            if edge // 2 == mid - 1 and pp * mid == l + 2:  # the split Megatron's embedding/loss accounting makes
+                split = dict(account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True)
         for mb, vpp in product((1, 2, 4, 8), range(1, l + 1)):
             if gb % (dp * mb):
                 continue
@@ -123,7 +125,8 @@ def test_space_is_complete_against_plan_validation():
     got = [sp.plan(i) for i in range(len(sp))]
     assert len(set(got)) == len(got), "duplicate candidates"
     assert set(got) == _brute_force(TINY, c, counts, gb, seq, Knobs())
-    assert any(p.first_stage_layers for p in got) and any(p.recompute_layers for p in got)
+    assert any(p.first_stage_layers or p.account_for_embedding_in_pipeline_split for p in got)  # uneven splits
+    assert any(p.recompute_layers for p in got)
     assert any(p.vpp > 1 for p in got) and any(p.cp > 1 for p in got)
 
 

@@ -93,11 +93,16 @@ class Space:
         kw = {}
         if bool(self.uneven[i]):
             kw = dict(first_stage_layers=g("first"), last_stage_layers=g("last"))
+            if _accounted(g("pp"), g("first"), g("mid"), g("last"), self.model.num_layers):
+                # the same split as Megatron's embedding/loss accounting makes it (issue 12)
+                kw = dict(account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True)
+        # the split is the row's (pp_domain), whatever accounting a broadcast combination carries
+        kw = {"account_for_embedding_in_pipeline_split": False, "account_for_loss_in_pipeline_split": False, **kw}
         return Plan(
             num_gpus=g("num_gpus"), tp=g("tp"), pp=g("pp"), dp=g("dp"), cp=g("cp"), vpp=g("vpp"),
             zero=g("zero"), micro_batch=g("mb"), global_batch=g("gb"), seq_len=g("seq"),
             recompute=RC_NAMES[kind], recompute_layers=g("rc_layers") if kind == RC_PARTIAL else None,
-            sequence_parallel=bool(x.sp[i]), ep=g("ep"), etp=g("etp"), **self.combos[int(self.combo[i])], **kw,
+            sequence_parallel=bool(x.sp[i]), ep=g("ep"), etp=g("etp"), **{**self.combos[int(self.combo[i])], **kw},
         )
 
 
@@ -356,6 +361,13 @@ def _pairs_chunked(n_rows: int, n_cols: int, mask, max_candidates: int):
     return np.concatenate(rs), np.concatenate(cs)
 
 
+def _accounted(p, first, mid, last, num_layers) -> bool:
+    """Is this uneven split the one Megatron's ``--account-for-embedding/loss-in-pipeline-split``
+    make (first and last one layer short of the middle, ``(l + 2) / pp`` slots per stage)? Such a
+    split allows ``pp * vpp`` up to ``l + 2`` (Plan.check_against)."""
+    return p > 2 and first == last == mid - 1 and p * mid == num_layers + 2
+
+
 def _vpp_table(P: np.ndarray, M: np.ndarray, V: np.ndarray, num_layers: int):
     """Per pipeline split ``j`` the virtual-stage values it allows whatever the micro-batches:
     ``1`` (when in ``V``) and the ``v > 1`` of ``V`` dividing the middle-stage layers with
@@ -364,7 +376,8 @@ def _vpp_table(P: np.ndarray, M: np.ndarray, V: np.ndarray, num_layers: int):
     cross is rows x (divisors of a stage) rather than rows x every value of ``V``."""
     rows = []
     for p, mid in zip(P.tolist(), M.tolist()):
-        hi = np.searchsorted(V, num_layers // p, side="right") if p > 1 else np.searchsorted(V, 1, side="right")
+        slots = num_layers + 2 if _accounted(p, mid - 1, mid, mid - 1, num_layers) else num_layers
+        hi = np.searchsorted(V, slots // p, side="right") if p > 1 else np.searchsorted(V, 1, side="right")
         cand = V[:hi]
         rows.append(cand[(cand == 1) | ((p > 1) & (mid % cand == 0))])
     width = max([len(r) for r in rows] + [1])
