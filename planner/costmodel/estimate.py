@@ -159,6 +159,31 @@ def _scalar(v):
     return v.item() if hasattr(v, "item") else v
 
 
+def _check_api_inputs(model, cluster, plan, memory_headroom, tokens, checkpoint_interval_h) -> None:
+    """What plan-estimate's options validate, validated for the Python API too: one InputError
+    naming the argument (never an AttributeError or a ZeroDivisionError from deep inside)."""
+    import math
+
+    from plan_search.models.io import short_repr
+
+    def number(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    if not isinstance(model, (str, ModelSpec)):
+        raise InputError(f"model: {short_repr(model)} is not a model name, a model file or a ModelSpec")
+    if not isinstance(cluster, (str, ClusterSpec)):
+        raise InputError(f"cluster: {short_repr(cluster)} is not a GPU system name, a cluster file or a ClusterSpec")
+    if plan is not None and not isinstance(plan, (Plan, dict)):
+        raise InputError(f"plan: {short_repr(plan)} is not a Plan or a mapping of its fields")
+    if not number(memory_headroom):
+        raise InputError(f"memory_headroom: {short_repr(memory_headroom)} is not a fraction in [0, 1)")
+    if tokens is not None and not isinstance(tokens, str) and not number(tokens):
+        raise InputError(f"tokens: {short_repr(tokens)} is not a token count (e.g. 300e9 or '300B')")
+    if not (number(checkpoint_interval_h) and 0 < checkpoint_interval_h <= 1e6):
+        raise InputError(f"checkpoint_interval_h: {short_repr(checkpoint_interval_h)} must be a number of hours "
+                         "in (0, 1e6]")
+
+
 def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> None:
     """Rules that need the model and the GPU (the plan checked its own arithmetic)."""
     plan.check_against(model)
@@ -187,6 +212,13 @@ def estimate(
     of its fields, or its fields as keyword arguments (``num_gpus=8, tp=2``); ``global_batch``
     and ``seq_len`` default to the model's, as in ``plan-estimate``.
     """
+    _check_api_inputs(model, cluster, plan, memory_headroom, tokens, checkpoint_interval_h)
+    if isinstance(tokens, str):
+        from plan_search.models.io import parse_token_count
+
+        tokens = parse_token_count(tokens, "tokens")
+    if isinstance(sets, str):
+        sets = [sets]
     m = resolve_model(model) if isinstance(model, str) else model
     if isinstance(cluster, str):
         c = resolve_cluster(cluster)
