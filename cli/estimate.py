@@ -361,6 +361,10 @@ def main(model_ref: str, gpu_ref: str, num_gpus: int, dp: int | None, global_bat
         global_batch=global_batch if global_batch is not None else model.global_batch,
         seq_len=seq_len if seq_len is not None else model.seq_len, **knobs,
     )
+    if framework:  # the framework's defaults for the data-parallel knobs the user did not set (issue 12)
+        from plan_search.planner.frameworks.rules import with_defaults
+
+        plan = with_defaults(framework, plan)
     launch = _launch(framework, emit, plan, model, cluster)
     est = estimate(model, cluster, plan, memory_headroom=memory_headroom, tokens=tokens,
                    checkpoint_interval_h=checkpoint_interval_h)

@@ -714,6 +714,20 @@ def conform(framework: str, plan: Plan, num_layers: int | None = None) -> Plan:
     return normalize(fw, _rebuild(p, **ch), num_layers)
 
 
+def with_defaults(framework: str, plan: Plan) -> Plan:
+    """The plan with the data-parallel knobs its user left unset (``plan.model_fields_set``) at the
+    framework's own defaults: torchtitan reshards FSDP2 parameters after the forward only without
+    pipeline parallelism (``fsdp_reshard_after_forward = "default"``: ``reshard_after_forward = not
+    pp_enabled``, models/llama3/infra/parallelize.py apply_fsdp). The other frameworks' defaults are
+    the Plan's."""
+    fw = _known(framework)
+    ch: dict = {}
+    if fw == "torchtitan" and "reshard_after_forward" not in plan.model_fields_set and plan.zero == 3:
+        ch["reshard_after_forward"] = plan.pp == 1
+    ch = {k: v for k, v in ch.items() if getattr(plan, k) != v}
+    return _rebuild(plan, **ch) if ch else plan
+
+
 def runnable(framework: str, plan: Plan, model: ModelSpec, cluster=None) -> Optional[Plan]:
     """The conformed plan when the framework can run it, else None (for a search's candidates)."""
     p = conform(framework, plan, model.num_layers)
