@@ -226,3 +226,13 @@ def test_megatron_emits_each_recipe_and_reads_it_back(precision, flags):
     if precision != "fp8":
         with pytest.raises(InputError, match=rf"nemo: nemo-precision: .*\(precision {precision}\)"):
             E.to_nemo_overrides(p, m, get_cluster("b200"))
+
+
+def test_h800_tp_comm_pays_its_reduced_nvlink():
+    """H800: the H100's compute with NVLink cut from 450 to 200 GB/s per direction, so a TP=8 layer's
+    all-reduces take 450/200 times as long (bandwidth term; the per-step latency is the same)."""
+    plan = dict(num_gpus=8, tp=8, global_batch=8, recompute="full", seq_len=4096)
+    h100, h800 = _est(H100, **plan), _est(get_cluster("h800"), **plan)
+    assert h800.time.compute_s == pytest.approx(h100.time.compute_s)
+    assert h800.time.tp_comm_s > 2.0 * h100.time.tp_comm_s
+    assert h800.time.tp_comm_s < 450 / 200 * h100.time.tp_comm_s
