@@ -359,21 +359,23 @@ def test_more_memory_never_loses_a_feasible_point_of_the_search(model, system, d
 @budget(0.4)
 @given(model=models(), system=clusters(), data=st.data())
 def test_higher_zero_stage_never_needs_more_memory(model, system, data):
-    """Same plan, dp > 1: stages 0 -> 1 -> 2 never need more memory. Stage 3 shards the weights
-    too but holds the layers in flight unsharded (gather buffer, two layers): its model states
-    never grow and its peak exceeds stage 2's by at most that buffer -- it needs more only when
-    a stage has fewer layers than 2 / (1 - 1/dp) (the buffer outweighs the weights sharded
-    away; e.g. one layer per stage on dp = 2), and never with 4 or more layers per stage."""
+    """Same plan, dp > 1, gradients reduced every micro-batch: stages 0 -> 1 -> 2 never need more
+    memory, and every stage's model states shrink stage by stage. Stage 3 shards the weights too
+    but gathers modules whole (the largest module of the stage, its unsharded gradient and the
+    prefetched block) and a torch optimizer's step temporaries (issue 11): its peak exceeds stage
+    2's by at most those buffers and the allocator slack over them."""
     cluster = system.spec
     counts = data.draw(counts_for(cluster, model).filter(lambda c: max(c) >= 2))
     sp = _space(model, cluster, counts, [model.global_batch], Knobs(zero=[0], max_micro_batch=2, max_vpp=2))
     keep = np.nonzero(sp.x.dp > 1)[0]
     assume(len(keep))
     sub = sp.take(keep)
-    peak, states = [], []
+    peak, states, mems = [], [], []
     for z in (0, 1, 2, 3):
-        xz = replace(sub.x, zero=np.full(len(sub), z, dtype=np.int64))
-        peak.append(evaluate(model, cluster, xz)["memory_peak_gib"])
+        xz = replace(sub.x, zero=np.full(len(sub), z, dtype=np.int64), grad_red=np.full(len(sub), 2, dtype=np.int64))
+        r = evaluate(model, cluster, xz)
+        peak.append(r["memory_peak_gib"])
+        mems.append(r["memory"])
         per_stage = [memory.stage_memory_bytes(model, cluster, xz, st) for st in memory.STAGES]
         states.append([(m["weights"] + m["gradients"] + m["optimizer"]) / GIB for m in per_stage])
     tol = 1 + 1e-12
@@ -384,17 +386,13 @@ def test_higher_zero_stage_never_needs_more_memory(model, system, data):
 
     for z in range(2):
         assert not np.any(peak[z + 1] > peak[z] * tol), (f"zero {z} -> {z + 1}", *first_bad(peak[z + 1] > peak[z] * tol))
-    buffer = 2 * 2.0 * counting.mean_layer_params(model) / sub.x.tp / GIB
-    bad = peak[3] > peak[2] * tol + buffer
-    assert not np.any(bad), ("zero 3 beyond the gather buffer", *first_bad(bad))
-    # every stage's model states shrink with the stage
+    m3 = mems[3]
+    buffers = (m3["zero3_gather_buffer"] + m3["transient"] + m3["allocator_slack"]) / GIB
+    bad = peak[3] > peak[2] * tol + buffers
+    assert not np.any(bad), ("zero 3 beyond its buffers", *first_bad(bad))
     for z in range(3):
         for k, st_name in enumerate(memory.STAGES):
             assert np.all(states[z + 1][k] <= states[z][k] * tol), f"{st_name} stage states, zero {z} -> {z + 1}"
-    stage_layers = np.minimum(np.minimum(sub.x.first, sub.x.last), np.where(sub.x.pp > 2, sub.x.mid, sub.x.first))
-    enough = stage_layers >= 4
-    bad = enough & (peak[3] > peak[2] * tol)
-    assert not np.any(bad), ("zero 3 with >= 4 layers per stage", *first_bad(bad))
 
 
 # ------------------------------------------------------------------ the space against Plan validation

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from plan_search.cli.sweep import main
 from plan_search.models.io import InputError
+from plan_search.planner.costmodel.memory import DEFAULT_MEMORY_HEADROOM
 from plan_search.planner.search.front import search
 from plan_search.planner.sweep import (
     RESULT_COLUMNS,
@@ -393,7 +394,7 @@ def test_cli_summary_one_line_per_scenario(tmp_path):
 
 def test_keys_name_the_scenario_as_asked():
     a = build_sweep({"base": {"model": "gpt3-175b"}, "sweep": {"gpus": [64]}}).scenarios[0]
-    b = build_sweep({"base": {"model": "gpt3-175b", "gpu": ["a100-80gb"], "memory_headroom": 0.1,
+    b = build_sweep({"base": {"model": "gpt3-175b", "gpu": ["a100-80gb"], "memory_headroom": DEFAULT_MEMORY_HEADROOM,
                               "knobs": {"zero": [0, 1, 2, 3]}}, "sweep": {"gpus": [64]}}).scenarios[0]
     c = build_sweep({"base": {"model": "gpt3-175b", "memory_headroom": 0.2}, "sweep": {"gpus": [64]}}).scenarios[0]
     assert a.key == b.key != c.key  # defaults written out change nothing; a changed value does
