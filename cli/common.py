@@ -38,17 +38,30 @@ def short_days(x: float) -> str:
     return f"{x:,.0f}" if x >= 1000 else (f"{x:.1f}" if x >= 10 else f"{x:.2f}")
 
 
+#: Longest error line printed: a message that echoes a user's value whole (a 4 MB model name)
+#: is cut in its middle, keeping the field named at its start and the fix at its end.
+MAX_ERROR_CHARS = 1000
+
+
 def one_line(exc: BaseException) -> str:
-    """The user-facing one-line form of an error."""
+    """The user-facing one-line form of an error (at most MAX_ERROR_CHARS)."""
     if isinstance(exc, ValidationError):
-        return validation_message(exc)
+        return clip_middle(validation_message(exc))
     text = str(exc).strip() or type(exc).__name__
-    return " ".join(text.split())
+    return clip_middle(" ".join(text.split()))
+
+
+def clip_middle(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """``text`` if short enough, else its start and end around `` ... ``."""
+    if len(text) <= limit:
+        return text
+    head = limit * 3 // 4
+    return text[:head] + " ... " + text[-(limit - head - 5):]
 
 
 def click_error_line(exc: click.ClickException) -> str:
     """Click's own error (bad option value, unknown option, missing option) as one line."""
-    return " ".join(exc.format_message().split())
+    return clip_middle(" ".join(exc.format_message().split()))
 
 
 class _OneLine:

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from pydantic import ValidationError
 
 from plan_search.hardware.spec import ClusterSpec
-from plan_search.models.io import InputError, closest, parse_document, validation_message
+from plan_search.models.io import InputError, closest, parse_document, short_repr, validation_message
 
 CATALOG_RESOURCE = "catalog.yaml"
 
@@ -109,5 +109,5 @@ def get_cluster(name: str, field: str = "gpu") -> ClusterSpec:
         return _catalog()[canon]
     close = closest_names(str(name))
     hint = f"closest: {', '.join(close)}" if close else f"known: {', '.join(catalog_names())}"
-    raise InputError(f"{field}: unknown {str(name)!r}; {hint}; see 'plan-catalog gpus'")
+    raise InputError(f"{field}: unknown {short_repr(str(name))}; {hint}; see 'plan-catalog gpus'")
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from plan_search.models.io import InputError, closest, parse_document, validation_message
+from plan_search.models.io import InputError, closest, parse_document, short_repr, validation_message
 from plan_search.models.spec import ModelSpec
 
 CATALOG_RESOURCE = "catalog.yaml"
@@ -117,4 +117,4 @@ def get_model(name: str) -> ModelSpec:
     if spec is not None:
         return spec
     close = ", ".join(suggestions(name))
-    raise InputError(f"model: unknown {name.strip()!r}; closest: {close}; see 'plan-catalog models'")
+    raise InputError(f"model: unknown {short_repr(name.strip())}; closest: {close}; see 'plan-catalog models'")

@@ -431,11 +431,6 @@ def job_options(job: Job, types: dict[str, tuple[str, TypeCap]], cache: dict | N
     for name in allowed:
         ref, cap = types[name]
         left = until - time.perf_counter()
-        if left <= MIN_SEARCH_S:
-            cut.append(name)
-            why.append(f"{name}: not searched (the time limit ran out)")
-            proven = False
-            continue
         hi = cap.gpu_cap if job.max_gpus is None else min(cap.gpu_cap, job.max_gpus)
         if hi <= 0:
             why.append(f"{name}: no free GPUs")
@@ -466,6 +461,11 @@ def job_options(job: Job, types: dict[str, tuple[str, TypeCap]], cache: dict | N
             msg = validation_message(exc) if isinstance(exc, ValidationError) else str(exc)
             raise InputError(f"job {job.name}: search: {msg}") from None
         key = req.model_copy(update={"time_limit_s": 0.0}).model_dump_json()  # the same search, any budget
+        if key not in cache and left <= MIN_SEARCH_S:
+            cut.append(name)
+            why.append(f"{name}: not searched (the time limit ran out)")
+            proven = False
+            continue
         if key not in cache:
             try:
                 cache[key] = search(req, model=spec)

@@ -673,7 +673,7 @@ class WorkerLost(RuntimeError):
     """A worker process died (killed, out of memory): what finished is kept; rerun to resume."""
 
 
-def _worker_init() -> None:
+def _worker_init(parent: int | None = None) -> None:
     """Workers leave the terminal's process group, so Ctrl-C reaches the parent only (which then
     ends them): CP-SAT installs its own SIGINT handler during a solve and restores the default
     one afterwards, so ignoring the signal is not enough."""
@@ -684,9 +684,9 @@ def _worker_init() -> None:
     except OSError:  # pragma: no cover
         pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    parent = os.getppid()
+    parent = os.getppid() if parent is None else parent
     _die_with_parent()
-    if os.getppid() != parent:  # the parent died before the line above
+    if os.getppid() != parent:  # the parent died before the line above (while this worker started)
         os._exit(1)
     _watch_parent(parent)
 
@@ -741,7 +741,7 @@ def _local(todo: list[Scenario], workers: int) -> Iterator[dict]:
 
     # spawn: the workers import the planner afresh (~0.5 s), nothing inherited from a parent with threads
     ctx = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),))
     finished = False
     try:
         pending = {pool.submit(run_scenario, s.index, s.request.model_dump(mode="json")) for s in todo}
