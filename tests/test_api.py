@@ -194,6 +194,7 @@ CLI_TO_REQUEST = {
     "max_vpp": (["--max-vpp", "2"], {"knobs": {"max_vpp": 2}}),
     "max_micro_batch": (["--max-micro-batch", "16"], {"knobs": {"max_micro_batch": 16}}),
     "objective": (["--objective", "cheapest"], {"objective": "cheapest"}),
+    "min_efficiency": (["--min-efficiency", "0.9"], {"min_scaling_efficiency": 0.9}),
     "solver": (["--solver", "exhaustive"], {"solver": "exhaustive"}),
     "time_limit": (["--time-limit", "30"], {"time_limit_s": 30}),
     "workers": (["--solver-threads", "2"], {"solver_threads": 2}),
@@ -336,7 +337,7 @@ def test_schemas_are_valid_json_schema_and_match_the_documents(which, result):
     ('{"model": "llama2-7b", "knobs": {"zero": [5]}}', "zero: stages are 0, 1, 2, 3"),
     ('{"model": "llama2-7b", "tokens": -1}', "tokens: -1 must be a positive"),
     ('{"model": "llama2-7b", "deadline_days": NaN}', "deadline_days"),
-    ('{"model": "llama2-7b", "gpu": ["h100-sxm"], "gpus": [8], "knobs": {"tp": [3]}}', "tp: none of [3] divides"),
+    ('{"model": "llama2-7b", "gpu": ["h100-sxm"], "gpus": [8], "knobs": {"tp": [3]}}', "tp: 3 does not divide num_heads 32"),
 ])
 def test_bad_request_exits_2_with_one_line(tmp_path, doc, word):
     f = tmp_path / "req.json"

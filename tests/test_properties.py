@@ -37,7 +37,7 @@ from plan_search.models import counting
 from plan_search.planner.costmodel import memory
 from plan_search.planner.costmodel.evaluate import GIB, evaluate
 from plan_search.planner.costmodel.plan import Plan
-from plan_search.planner.search.request import Knobs, NoFeasiblePlan, SearchRequest
+from plan_search.planner.search.request import MIN_CP_TOKENS, Knobs, NoFeasiblePlan, SearchRequest
 from plan_search.planner.search.front import search
 from plan_search.planner.search.space import PARTIAL_FRACTIONS, enumerate_space
 
@@ -401,7 +401,7 @@ def _brute_force(model, cluster, counts, gb, seq, knobs: Knobs) -> set:
     l = model.num_layers
     dom = cluster.node.intra_domain_size
     out = set()
-    cps = [c for c in (1, 2, 4, 8) if c <= max(1, seq // 1024)]
+    cps = [c for c in (1, 2, 4, 8) if c <= max(1, seq // MIN_CP_TOKENS)]
     for n, tp, pp, cp in product(counts, range(1, 17), range(1, l + 1), cps):
         if n % (tp * pp * cp) or (dom % tp and not (knobs.allow_cross_node_tp and tp % dom == 0)):
             continue
@@ -412,7 +412,8 @@ def _brute_force(model, cluster, counts, gb, seq, knobs: Knobs) -> set:
         if pp > 2 and l % pp:
             mid = -(-l // pp)
             edge = l - (pp - 2) * mid
-            if edge <= 1 or edge % 2:
+            # default domain: end stages of >= 2 layers and half a middle one (no thin-end artefacts)
+            if edge % 2 or (edge // 2 < max(2, -(-mid // 2)) if not knobs.pp else edge <= 1):
                 continue
             split = dict(first_stage_layers=edge // 2, last_stage_layers=edge // 2)
         mbs = [m for m in (1, 2, 4, 8) if m <= knobs.max_micro_batch]
