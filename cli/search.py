@@ -257,8 +257,10 @@ def format_table(res, show_all: bool = False) -> str:
     lines += _wrap(
         f"search: {st.candidates:,} candidates over {_plural(st.gpu_counts, 'GPU count')}, {st.memory_rejected:,} "
         f"over memory, {st.comm_rejected:,} over the comm ratio, {st.feasible:,} feasible; "
-        f"{st.solver_candidates:,} to {st.solver} after pruning ({_plural(st.solves, 'solve')}); "
-        f"total {st.total_s:.2f} s; {proven}", first="")
+        f"{st.solver_candidates:,} to {st.solver} after pruning ({_plural(st.solves, 'solve')}); {proven}",
+        first="")
+    lines.append(f"took {st.total_s:.2f} s (enumerate {st.enumerate_s:.2f}, evaluate {st.evaluate_s:.2f}, "
+                 f"solve {st.solve_s:.2f})")
     return "\n".join(lines)
 
 
