@@ -73,8 +73,10 @@ SOURCE_CONVENTIONS: dict[str, dict] = {
     # (torchao), SDPA flash attention, sequence parallelism with TP; FSDP2's default
     # MixedPrecisionPolicy in torchtitan: bf16 params, fp32 reduce (mixed_precision_reduce).
     "torchtitan-2024-12": dict(_MEGATRON_CORE, precision="fp8", zero=3, fp32_grads=True, overlap_tp_comm=False),
-    # NeMo AutoModel: FSDP2 with TE kernels, BF16 (printed).
-    "nemo-automodel": dict(_MEGATRON_CORE, zero=3, overlap_tp_comm=False),
+    # NeMo AutoModel: FSDP2 with TE kernels, BF16 (printed); its FSDP2Manager's default
+    # MixedPrecisionPolicy reduces in bf16 (param_dtype, reduce_dtype and output_dtype bfloat16:
+    # NVIDIA-NeMo/Automodel nemo_automodel/distributed/fsdp2.py FSDP2Manager.mp_policy).
+    "nemo-automodel": dict(_MEGATRON_CORE, zero=3, fp32_grads=False, overlap_tp_comm=False),
     # Megatron-MoE-ModelZoo and the DeepSeek-V3 report: MoE rows (another cost model's concern).
     "megatron-moe-modelzoo": _MEGATRON_CORE,
     "deepseek-v3": dict(_MEGATRON_CORE, precision="fp8"),
