@@ -127,8 +127,8 @@ LOSS_EXTRA_BYTES_PER_LOGIT = 8.0
 
 #: Optimizer-step temporaries per local optimizer parameter: PyTorch's foreach Adam/AdamW
 #: (torch/optim/adam.py ``_multi_tensor_adam``: ``exp_avg_sq_sqrt = torch._foreach_sqrt(...)``)
-#: materialises one fp32 tensor per parameter of the group. Counted for ZeRO-3 plans (FSDP with a
-#: torch optimizer, torchtitan's default foreach AdamW); ZeRO 0-2 plans are taken to run a fused
+#: materialises one fp32 tensor per parameter of the group. Counted for ZeRO-3 plans that shard
+#: (FSDP with a torch optimizer, torchtitan's default foreach AdamW); ZeRO 0-2 plans are taken to run a fused
 #: multi-tensor Adam in place (Megatron's TE/Apex FusedAdam, DeepSpeed's FusedAdam): none.
 OPTIMIZER_TEMP_BYTES_PER_PARAM = 4.0
 
@@ -320,7 +320,7 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
 
     backward_moment = states_total + activations + transient + gather
     opt_params = np.where(x.zero >= 1, psi / d, psi)
-    opt_temp = np.where(x.opt_offload | (x.zero < 3), 0.0, OPTIMIZER_TEMP_BYTES_PER_PARAM * opt_params)
+    opt_temp = np.where(x.opt_offload | (x.zero < 3) | (d <= 1), 0.0, OPTIMIZER_TEMP_BYTES_PER_PARAM * opt_params)
     optimizer_moment = states_total + opt_temp
     # The allocator's reserved-but-unused memory: a fraction of the bytes allocated and freed every
     # micro-batch (stored activations and gathers: many sizes; the loss and re-run-layer buffers
