@@ -52,7 +52,7 @@ def profile_name(framework: str | None, compiled: bool = True) -> str:
     if framework is None:
         return "megatron"
     fw = framework.strip().lower()
-    if fw in PROFILES:
+    if fw in PROFILES and fw not in FRAMEWORK_PROFILE:
         return fw
     if fw not in FRAMEWORK_PROFILE:
         from plan_search.models.io import InputError
