@@ -173,30 +173,31 @@ def activation_bytes_per_token(model: ModelSpec, x: PlanArrays) -> dict:
     return {"replicated": replicated + mla_latent, "tp_region": tp_region + mla_tp, "scores": scores}
 
 
-def layer_activation_bytes(model: ModelSpec, x: PlanArrays):
-    """(stored, recomputed) bytes of one layer and one micro-batch on one GPU: ``stored`` is what
-    a layer without full recomputation keeps, ``recomputed`` what a fully recomputed one keeps."""
+def _layer_bytes(model: ModelSpec, x: PlanArrays):
+    """(stored, recomputed, rematerialised) bytes of one layer and micro-batch on one GPU."""
     T = (x.mb * x.seq // x.cp).astype(float)
     t = x.tp.astype(float)
     r = activation_bytes_per_token(model, x)
     replicated = np.where(x.sp, r["replicated"] / t, r["replicated"])
-    keep_scores = (~x.fa) & (x.recompute == 0)
-    scores = np.where(keep_scores, r["scores"] / t, 0.0)
-    stored = T * (replicated + r["tp_region"] / t + scores)
-    layer_input = 2.0 * model.hidden_size * np.where(x.sp, 1.0 / t, 1.0)
-    recomputed = T * layer_input
+    scores = r["scores"] / t
+    base = replicated + r["tp_region"] / t
+    stored = T * (base + np.where((~x.fa) & (x.recompute == 0), scores, 0.0))
+    recomputed = T * 2.0 * model.hidden_size * np.where(x.sp, 1.0 / t, 1.0)
+    remat = T * (base + np.where(x.fa, 0.0, scores))
+    return stored, recomputed, remat
+
+
+def layer_activation_bytes(model: ModelSpec, x: PlanArrays):
+    """(stored, recomputed) bytes of one layer and one micro-batch on one GPU: ``stored`` is what
+    a layer without full recomputation keeps, ``recomputed`` what a fully recomputed one keeps."""
+    stored, recomputed, _ = _layer_bytes(model, x)
     return stored, recomputed
 
 
 def rematerialised_layer_bytes(model: ModelSpec, x: PlanArrays):
     """What one layer holds while full recomputation re-runs its forward in the backward: its
     whole stored set, the attention scores included unless FlashAttention is on."""
-    T = (x.mb * x.seq // x.cp).astype(float)
-    t = x.tp.astype(float)
-    r = activation_bytes_per_token(model, x)
-    replicated = np.where(x.sp, r["replicated"] / t, r["replicated"])
-    scores = np.where(x.fa, 0.0, r["scores"] / t)
-    return T * (replicated + r["tp_region"] / t + scores)
+    return _layer_bytes(model, x)[2]
 
 
 STAGES = ("first", "middle", "last")
@@ -258,8 +259,9 @@ def communicators(x: PlanArrays):
             + (x.pp > 1) + (x.ep > 1))
 
 
-def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, stage: str) -> dict:
-    """Breakdown of the peak memory of one GPU of the ``first``, ``middle`` or ``last`` stage, bytes."""
+def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, stage: str, _layer=None) -> dict:
+    """Breakdown of the peak memory of one GPU of the ``first``, ``middle`` or ``last`` stage, bytes
+    (``_layer``: :func:`_layer_bytes` of ``x``, when the caller has it)."""
     eff = cluster.efficiency
     h, V = model.hidden_size, model.vocab_size
     layers = {"first": x.first, "middle": x.mid, "last": x.last}[stage].astype(float)
@@ -282,8 +284,7 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     states_total = states["weights"] + states["gradients"] + states["optimizer"]
 
     # -- stored activations (Korthikanti accounting)
-    stored, recomputed = layer_activation_bytes(model, x)
-    remat = rematerialised_layer_bytes(model, x)
+    stored, recomputed, remat = _layer if _layer is not None else _layer_bytes(model, x)
     if model.is_moe:  # the stage's MoE layers store more than a dense layer (mean over its layers)
         n_moe = experts.stage_moe_layers(model, x)[stage]
         delta = n_moe / np.maximum(layers, 1) * experts.moe_activation_delta_per_layer(model, x)
@@ -355,7 +356,8 @@ def peak_memory(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
     """The worst stage's breakdown (bytes) and which stage it is (``worst_stage``: an index into
     :data:`STAGES`). The middle stages count only with ``pp > 2``; with ``pp == 1`` the one stage
     is the "first" (it carries both ends)."""
-    per = [stage_memory_bytes(model, cluster, x, st) for st in STAGES]
+    layer = _layer_bytes(model, x)
+    per = [stage_memory_bytes(model, cluster, x, st, layer) for st in STAGES]
     totals = np.stack([per[0]["total"], np.where(x.pp > 2, per[1]["total"], -np.inf),
                        np.where(x.pp > 1, per[2]["total"], -np.inf)])
     worst = np.argmax(totals, axis=0)
