@@ -139,3 +139,17 @@ def test_framework_profiles_are_fitted_on_their_own_rows():
     assert t_tt != t_meg and t_eager > t_tt
     ds = for_framework(get_cluster("a100-80gb"), "deepspeed").efficiency
     assert ds.zero3_flat and "11" in ds.source
+
+
+def test_framework_defaults_for_unset_dp_knobs_through_the_cli():
+    args = ("--model", "llama3.1-405b", "--gpu", H100, "--num-gpus", "512", "--tp", "8", "--pp", "8", "--zero", "3",
+            "--micro-batch", "4", "--global-batch", "256", "--seq-len", "8192", "--recompute", "full")
+    code, out = _cli(*args, "--framework", "torchtitan")
+    flat = " ".join(out.split())
+    # torchtitan under pipeline parallelism: FSDP2 keeps the parameters gathered after the forward
+    # (reshard_after_forward = not pp_enabled) and reduce-scatters once per step (torch pipelining)
+    assert code in (0, 3) and "params kept gathered after forward" in flat and "reduced once per step" in flat
+    code, out = _cli(*args, "--framework", "torchtitan", "--reshard-after-forward", "on")
+    assert code in (0, 3) and "params resharded after forward" in " ".join(out.split())
+    code, out = _cli(*args)
+    assert code in (0, 3) and "params resharded after forward" in " ".join(out.split())
