@@ -406,6 +406,23 @@ def test_search_time_limit_stops_before_another_gpu_type():
     assert r.inputs.gpu_counts["b200"] == []
 
 
+def test_search_time_limit_stops_the_enumeration_of_many_gpu_counts():
+    """8,192 explicit GPU counts: enumerated smallest first in doubling pieces, the time limit
+    stops before the larger ones, and the result says up to which count it got."""
+    r = plan_search.search(model="megatron-gpt-1.7b", gpu="a100-80gb", gpus=list(range(8, 65537, 8)),
+                           global_batch=[512, 1024], time_limit_s=0.2)
+    cut = [c for c in r.stats.cut if "not enumerated" in c]
+    assert len(cut) == 1 and not r.stats.proven_optimal
+    reached = int(cut[0].split("above ")[1].split(" ")[0].replace(",", ""))
+    assert 8 <= reached < 65536 and r.recommended.plan.num_gpus <= reached
+
+
+def test_max_candidates_over_many_gpu_counts_is_refused_early():
+    with pytest.raises(InputError, match="max_candidates"):
+        plan_search.search(model="gpt3-175b", gpu="a100-80gb", gpus=list(range(8, 65537, 8)),
+                           global_batch=list(range(512, 4097, 64)), max_candidates=1_000_000)
+
+
 def test_allocate_job_stopped_by_the_time_limit_is_reported_as_such():
     pool = {"free": {"a100-80gb": 64}}
     jobs = [{"name": "a", "model": "megatron-gpt-1.7b", "tokens": "10B"},

@@ -241,6 +241,47 @@ def _concat_spaces(spaces: list[Space]) -> Space:
                  np.concatenate([s.uneven for s in spaces]), first.combos, np.concatenate([s.combo for s in spaces]))
 
 
+#: Explicit GPU counts, when there are more than this, are enumerated in pieces of doubling size
+#: (1, 1, 2, 4, ... counts, smallest first: small counts have the most layouts, as more data-parallel
+#: degrees divide the batch), so the time limit can stop the enumeration between two of them.
+ENUM_PIECES = 8
+#: Share of the time limit after which no further piece is enumerated (evaluation, solve and
+#: the report need the rest).
+ENUM_SHARE = 0.5
+
+
+def _enumerate_until(model, cluster, counts, gbs, seq, request, t0: float) -> tuple[Space, str | None]:
+    """The space of ``counts``, enumerated piece by piece (:data:`ENUM_PIECES`) while less than
+    :data:`ENUM_SHARE` of the time limit has passed since ``t0``, and within ``max_candidates``
+    over all pieces. Returns the space and what cut it short (``"time_limit"`` or
+    ``"max_candidates"``: the larger GPU counts were not enumerated), or None. The first piece is
+    always enumerated, and its InputError (max_candidates included) is the request's."""
+    if len(counts) <= ENUM_PIECES:
+        return _enumerate(model, cluster, counts, gbs, seq, request), None
+    stop = t0 + ENUM_SHARE * request.time_limit_s
+    pieces: list[Space] = []
+    bounds = [0] + [min(2 ** k, len(counts)) for k in range(int(math.log2(len(counts))) + 2)]
+    last_s = 0.0
+    for i, j in zip(bounds, bounds[1:]):
+        if j <= i:
+            continue
+        # the next piece is twice the last one's counts: stop unless it is expected to end in time
+        if pieces and time.perf_counter() + 2 * last_s > stop:
+            return _concat_spaces(pieces), "time_limit"
+        left = request.max_candidates - sum(len(p) for p in pieces)
+        a = time.perf_counter()
+        try:
+            pieces.append(_enumerate(model, cluster, counts[i:j], gbs, seq, request, max_candidates=max(left, 1)))
+        except InputError as exc:
+            if not pieces or "max_candidates" not in str(exc):
+                raise
+            raise InputError(f"search: more than {request.max_candidates:,} candidates (max_candidates) on "
+                             f"{cluster.name} by {int(counts[j - 1]):,} GPUs; bound some knobs (--tp, --pp, "
+                             "--micro-batch ...) or give fewer GPU counts") from None
+        last_s = time.perf_counter() - a
+    return _concat_spaces(pieces), None
+
+
 def _enumerate(model, cluster, counts, gbs, seq, request, knobs=None, max_candidates=None) -> Space:
     return enumerate_space(model, cluster, counts, gbs, seq, knobs or request.knobs,
                            max_candidates or request.max_candidates, request.global_batch_tolerance)
@@ -1090,6 +1131,7 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
     t_enum = t_eval = 0.0
     cut = None  # what stopped a default GPU range short (time_limit, max_candidates), if anything
     skipped: list[str] = []  # systems the time limit left unsearched (the first one is always searched)
+    enum_cut: list[str] = []  # systems whose explicit GPU counts were enumerated only in part
     for k, c in enumerate(clusters):
         if k and time.perf_counter() > deadline:
             skipped.append(c.name)
@@ -1097,7 +1139,10 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
         elif req.gpus or _upper_cap(c, req):
             counts = gpu_counts(c, req)
             a = time.perf_counter()
-            sp = _enumerate(model, c, counts, gbs, seq, req) if len(counts) else None
+            sp, stopped = _enumerate_until(model, c, counts, gbs, seq, req, t0) if len(counts) else (None, None)
+            if stopped:
+                enum_cut.append(f"{c.name}: GPU counts above {int(sp.x.num_gpus.max()) if len(sp) else 0:,} not "
+                                f"enumerated ({stopped.replace('_', ' ')})")
             b = time.perf_counter()
             cols = evaluate_columns(model, c, sp.x, req, deadline) if sp is not None else None
             t_enum += b - a
@@ -1169,8 +1214,8 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
     mem_rej = int(sum((~m["memory"]).sum() for m in ms))
     comm_rej = int(sum((m["done"] & m["memory"] & ~m["comm_ratio"]).sum() for m in ms))
     solved = proven
-    proven = proven and evaluated == total and not cut and not skipped
-    what_cut = [f"{name}: not searched (time limit)" for name in skipped]
+    proven = proven and evaluated == total and not cut and not skipped and not enum_cut
+    what_cut = [f"{name}: not searched (time limit)" for name in skipped] + enum_cut
     if cut:
         what_cut.append(f"default GPU range: stopped by {cut.replace('_', ' ')}")
     if evaluated < total:
