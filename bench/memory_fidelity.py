@@ -48,8 +48,22 @@ MEASURE_BY_SOURCE = {
     # DeviceMemoryMonitor.get_peak_stats; train.py at 9dec370 logs the same field).
     "torchtitan-2024-12": "reserved",
 }
-#: Sources not listed: a paper's or a blog's "memory" is nvidia-smi unless it says otherwise.
+#: Sources not listed: what the row's notes say it measured, else nvidia-smi (a paper's or a
+#: blog's "memory" is the nvidia-smi figure unless it says otherwise).
 DEFAULT_MEASURE = "device"
+_MEASURE_WORDS = [(r"max_memory_allocated|max[ _]allocated|memory_allocated", "allocated"),
+                  (r"max_memory_reserved|max[ _]reserved|reserved", "reserved"),
+                  (r"nvidia-smi|nvml|rocm-smi", "device")]
+
+
+def measure_of(rec: RunRecord) -> str:
+    """Which figure a row's memory is (:data:`memory.MEASURE_KINDS`)."""
+    if rec.group in MEASURE_BY_SOURCE:
+        return MEASURE_BY_SOURCE[rec.group]
+    for pat, kind in _MEASURE_WORDS:
+        if re.search(pat, rec.notes, re.I):
+            return kind
+    return DEFAULT_MEASURE
 
 #: The 96 GB HBM2e H100 of the torchtitan benchmark (Grand Teton, 500 W): six 16 GiB HBM2e stacks;
 #: usable capacity 95.58 GiB by analogy with the 80 GB part (five 16 GiB stacks, nvidia-smi
@@ -116,7 +130,7 @@ def plan_for(rec: RunRecord) -> Plan:
 def predict(rec: RunRecord, plan: Plan, cluster: ClusterSpec) -> dict:
     x = PlanArrays.from_plans([plan], rec.model.num_layers)
     mem = memory.peak_memory(rec.model, cluster, x)
-    kind = MEASURE_BY_SOURCE.get(rec.group, DEFAULT_MEASURE)
+    kind = measure_of(rec)
     cap = cluster.gpu.memory_gib * memory.GIB
     return {
         "kind": kind,

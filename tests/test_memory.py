@@ -72,6 +72,15 @@ def test_gpt_single_stage_adds_the_output_layer_and_fp32_logits(sp, rc):
     assert e.memory.activations_gib * GIB == pytest.approx(want, rel=1e-9)
 
 
+def test_no_dropout_no_embedding_mask():
+    """Llama has no dropout: the first stage keeps only the token ids (8sb per micro-batch in
+    flight) beyond its layers -- not the old 3sbh per micro-batch."""
+    m, s, t, p = get_model("llama3.1-70b"), 4096, 8, 4
+    plan = dict(num_gpus=32, tp=t, pp=p, micro_batch=1, global_batch=32, seq_len=s, recompute="full", zero=1)
+    got = stage(m, plan, "first")["activations"]
+    assert got == pytest.approx(p * (m.num_layers // p) * 2 * s * m.hidden_size / t + p * 8 * s, rel=1e-12)
+
+
 def test_1t_first_stage_is_27_gib_not_36():
     """Korthikanti Table 3's 1T configuration (t8 p64, SP + selective): 34sbh/t x 128 layers
     (26.6 GiB) plus the dropout mask sbh/t x 64 and ids: about 27 GiB; the old embedding term made
