@@ -141,6 +141,8 @@ def _combo_row_mask(combo: dict, x: PlanArrays) -> np.ndarray:
     ok = np.ones(len(x), dtype=bool)
     if combo.get("flash_attention") is False:
         ok &= x.cp == 1  # context parallelism needs FlashAttention (Plan rule)
+    if combo.get("dp_shard"):
+        ok &= x.dp % int(combo["dp_shard"]) == 0  # shard groups must divide dp (Plan rule, issue 12)
     return ok
 
 
