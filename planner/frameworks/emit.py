@@ -717,6 +717,10 @@ def to_nemo_overrides(plan: Plan, model: ModelSpec, cluster=None, gpus_per_node:
         "trainer.strategy.sequence_parallel": p.sequence_parallel,
         "trainer.strategy.num_layers_in_first_pipeline_stage": p.first_stage_layers,
         "trainer.strategy.num_layers_in_last_pipeline_stage": p.last_stage_layers,
+        "trainer.strategy.account_for_embedding_in_pipeline_split": p.account_for_embedding_in_pipeline_split or None,
+        "trainer.strategy.account_for_loss_in_pipeline_split": p.account_for_loss_in_pipeline_split or None,
+        "trainer.strategy.ddp.num_distributed_optimizer_instances": (p.dp // p.dp_shard if p.zero == 1 and p.dp_shard
+                                                                     and p.dp_shard < p.dp else None),
         "trainer.strategy.ddp.overlap_grad_reduce": p.overlap_grad_reduce,
         "trainer.strategy.ddp.overlap_param_gather": p.overlap_param_gather,
         "trainer.strategy.ddp.grad_reduce_in_fp32": p.fp32_grads,
@@ -861,7 +865,18 @@ def from_nemo_overrides(overrides: dict | str) -> Plan:
                    etp=int(g(s + "expert_tensor_parallel_size") or tp),
                    moe_dispatcher=g("model.config.moe_token_dispatcher_type", "allgather"),
                    moe_overlap=bool(g("model.config.overlap_moe_expert_parallel_comm", False)))
-    return _plan(**moe,
+    dpk = {}  # issue 12: the split's embedding/loss accounting and the distributed optimizer's instances
+    if g(s + "account_for_embedding_in_pipeline_split"):
+        dpk["account_for_embedding_in_pipeline_split"] = True
+    if g(s + "account_for_loss_in_pipeline_split"):
+        dpk["account_for_loss_in_pipeline_split"] = True
+    inst = int(g(s + "ddp.num_distributed_optimizer_instances") or 1)
+    if inst > 1 and zero == 1:
+        dp_all = num_gpus // (tp * int(g(s + "pipeline_model_parallel_size", 1)) * int(g(s + "context_parallel_size", 1)))
+        if dp_all % inst:
+            raise InputError(f"nemo: num_distributed_optimizer_instances {inst} does not divide dp {dp_all}")
+        dpk["dp_shard"] = dp_all // inst
+    return _plan(**moe, **dpk,
         num_gpus=num_gpus, tp=tp, pp=int(g(s + "pipeline_model_parallel_size", 1)),
         cp=int(g(s + "context_parallel_size", 1)), vpp=vpp, zero=zero, micro_batch=mb, global_batch=gb,
         seq_len=seq, recompute=recompute, recompute_layers=rc_layers,
