@@ -107,13 +107,32 @@ def _rc(p) -> str:
     return {"none": "none", "selective": "sel", "full": "full"}[p.recompute]
 
 
-def _pp(p) -> str:
-    """Pipeline stages, with the end stages' layers when the split is uneven: ``20:3``."""
-    if p.first_stage_layers is not None and p.first_stage_layers == p.last_stage_layers:
-        return f"{p.pp}:{p.first_stage_layers}"
+def _ends(p, num_layers: int | None) -> tuple[int, int] | None:
+    """(first, last) stage layers of an uneven pipeline split, None when every stage is equal."""
+    if num_layers and p.pp > 1:
+        split = p.split(num_layers)
+        return None if len(set(split)) == 1 else (split[0], split[-1])
     if p.first_stage_layers is not None or p.last_stage_layers is not None:
-        return f"{p.pp}:{p.first_stage_layers or '-'}/{p.last_stage_layers or '-'}"
-    return str(p.pp)
+        return (p.first_stage_layers or 0, p.last_stage_layers or 0)
+    return None
+
+
+def _pp(p, num_layers: int | None = None) -> str:
+    """Pipeline stages, with the end stages' layers when the split is uneven: ``20:3`` (first
+    and last 3 layers), ``14:7/6`` (first 7, last 6)."""
+    ends = _ends(p, num_layers)
+    if ends is None:
+        return str(p.pp)
+    return f"{p.pp}:{ends[0]}" if ends[0] == ends[1] else f"{p.pp}:{ends[0]}/{ends[1]}"
+
+
+def _num_layers(res) -> int | None:
+    try:
+        from plan_search.models.resolve import resolve_model
+
+        return resolve_model(res.request.model).num_layers
+    except Exception:  # a spec passed to search() directly: the plans' own fields are all there is
+        return None
 
 
 def _tokens(x: float) -> str:
@@ -127,11 +146,12 @@ def _plural(n: int, word: str) -> str:
     return f"{n:,} {word}" + ("" if n == 1 else "s")
 
 
-def _plan_line(p) -> str:
+def _plan_line(p, num_layers: int | None = None) -> str:
     rc = p.recompute + (f" on {p.recompute_layers} layers/stage" if p.recompute_layers is not None else "")
     split = ""
-    if p.first_stage_layers is not None or p.last_stage_layers is not None:
-        split = f"; uneven stages: first {p.first_stage_layers}, last {p.last_stage_layers} layers"
+    ends = _ends(p, num_layers)
+    if ends is not None:
+        split = f"; uneven stages: first {ends[0]}, last {ends[1]} layers"
     return (f"tp{p.tp} pp{p.pp} dp{p.dp} cp{p.cp} vpp{p.vpp} mb{p.micro_batch} gb{p.global_batch} "
             f"(grad-accum {p.grad_accum}) zero{p.zero} {rc} {'SP' if p.sequence_parallel else 'no-SP'} "
             f"{p.precision}{split}" + (f" ep{p.ep} etp{p.etp} {p.moe_dispatcher}" if p.ep * p.etp > 1 else ""))
@@ -147,17 +167,27 @@ def short_front(res) -> list[int]:
     """Indices of the front shown by default: the landmarks (fewest GPUs, cheapest, balanced,
     fastest, recommended) and points spread evenly in log GPU count, at most SHORT_ROWS rows."""
     front = res.front
-    if len(front) <= SHORT_ROWS:
+    if len(front) <= SHORT_ROWS + 2:  # hiding one or two points saves nothing
         return list(range(len(front)))
     keep = set(res.landmarks.values()) if res.landmarks else {0, len(front) - 1}
     if res.recommended_index is not None:
         keep.add(res.recommended_index)
     logs = [math.log(fp.num_gpus) for fp in front]
     lo, hi = min(logs), max(logs)
+    # fill from the points no other beats on days and dollars both (per GPU type): the rest are on
+    # the front only for using fewer GPUs, often a count the batch divides awkwardly
+    pool = []
+    for name in {fp.gpu for fp in front}:
+        best = math.inf
+        for i in sorted((i for i, fp in enumerate(front) if fp.gpu == name),
+                        key=lambda i: (front[i].days, front[i].cost_usd)):
+            if front[i].cost_usd < best:
+                pool.append(i)
+                best = front[i].cost_usd
     k = 1
     while len(keep) < SHORT_ROWS and k < 4 * SHORT_ROWS:
         # the point farthest (in log GPUs) from those kept
-        far = max((i for i in range(len(front)) if i not in keep),
+        far = max((i for i in pool if i not in keep),
                   key=lambda i: (min(abs(logs[i] - logs[j]) for j in keep), -i), default=None)
         if far is None or (hi > lo and min(abs(logs[far] - logs[j]) for j in keep) < 0.05 * (hi - lo)):
             break
@@ -177,7 +207,9 @@ def _front_table(res, shown: list[int]) -> list[str]:
     cols = [("GPUs", lambda fp: f"{fp.num_gpus:,}" if fp.num_gpus < 100_000 else str(fp.num_gpus))]
     if multi:
         cols.append(("system", lambda fp: fp.gpu))
-    cols += [("tp", lambda fp: str(fp.plan.tp)), ("pp", lambda fp: _pp(fp.plan)), ("dp", lambda fp: str(fp.plan.dp)),
+    layers = _num_layers(res)
+    cols += [("tp", lambda fp: str(fp.plan.tp)), ("pp", lambda fp: _pp(fp.plan, layers)),
+             ("dp", lambda fp: str(fp.plan.dp)),
              ("cp", lambda fp: str(fp.plan.cp)), ("v", lambda fp: str(fp.plan.vpp)),
              ("mb", lambda fp: str(fp.plan.micro_batch)), ("z", lambda fp: str(fp.plan.zero)),
              ("rc", lambda fp: _rc(fp.plan))]
@@ -210,9 +242,13 @@ def _front_table(res, shown: list[int]) -> list[str]:
         mark = "*" if res.recommended_index == i else " "
         note = ", ".join(tags.get(i, []))
         out.append((fmt(r) + f" {mark}{note}").rstrip())
-    uneven = [front[i].plan for i in shown if front[i].plan.first_stage_layers is not None]
-    legend = (f"pp {_pp(uneven[0])}: {uneven[0].pp} stages, the first and last of {uneven[0].first_stage_layers} "
-              "layers (uneven split); " if uneven else "")
+    uneven = [(front[i].plan, _ends(front[i].plan, layers)) for i in shown
+              if _ends(front[i].plan, layers) is not None]
+    legend = ""
+    if uneven:
+        p, (a, b) = uneven[0]
+        legend = (f"pp {_pp(p, layers)}: {p.pp} stages, the first and last of {a} layers (uneven split); " if a == b
+                  else f"pp {_pp(p, layers)}: {p.pp} stages, the first of {a} layers, the last of {b}; ")
     legend += ("v: virtual stages; " if "v" in head else "") + "z: ZeRO stage; rc: recomputation"
     legend += " (fK: full on K layers/stage)" if any(_rc(front[i].plan).startswith("f") and
                                                      _rc(front[i].plan) != "full" for i in shown) else ""
@@ -273,7 +309,7 @@ def _recommended(res) -> list[str]:
         head += f", {run.days:,.1f} days, ${run.cost_usd:,.0f}"
     lines = _wrap(head + f" ({res.objective})", first="")
     lines += _wrap(res.reason)
-    lines += _wrap("plan: " + _plan_line(p))
+    lines += _wrap("plan: " + _plan_line(p, _num_layers(res)))
     lines += _wrap(
         f"step {e.step_time_s:.3f} s, {e.tokens_per_s:,.0f} tokens/s ({e.tokens_per_s_per_gpu:,.0f}/GPU), MFU "
         f"{100 * e.mfu:.1f}%, exposed comm {100 * e.comm_ratio:.1f}% of the step")
