@@ -1,8 +1,9 @@
 """Memory fidelity: predicted against measured peak memory, per run, with the measure each source used.
 
     python bench/memory_fidelity.py            # per-row table, summary, floors
-    python bench/memory_fidelity.py --fit      # + refit the allocator's fragmentation on these rows, and
-                                               #   leave-one-table-out figures (each table held out of its fit)
+    python bench/memory_fidelity.py --fit      # + refit the two calibrated terms (fragmentation, SP gather
+                                               #   buffers) on these rows, and leave-one-table-out figures
+                                               #   (each table held out of its own fit; ~3 min)
 
 Rows: every row of the project's runs files (planner/runs_2026_12.csv, planner/published_runs.csv)
 with ``measured_memory_gb``, plus the published out-of-memory configurations listed in
