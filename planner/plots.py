@@ -308,7 +308,8 @@ LINESTYLES = ("-", "--", ":", "-.")
 def _facet_axis(rec, groups_by: list[str]) -> str | None:
     """The grouping axis that moves the days most (ratio of the largest to the smallest median
     days over its values), when it has 2-4 values and at least 1.5x: each of its values gets a
-    panel with its own scale, so the lines of the other axes are not squeezed into bundles."""
+    panel with its own scale, so the lines of the other axes are not squeezed into bundles
+    (used when two or more axes group the lines)."""
     best, best_ratio = None, 1.5
     for a in groups_by:
         vals = rec[a].dropna().unique().tolist()
@@ -332,7 +333,9 @@ def sweep_figure(df, axes: Sequence[str], x: str | None = None):
     else:
         x = x or choose_x(df, axes)
         groups_by = [a for a in axes if a != x]
-    facet = _facet_axis(rec, groups_by) if len(rec) else None
+    # panels only when two or more axes group the lines (one grouping axis: its lines on one chart
+    # compare best)
+    facet = _facet_axis(rec, groups_by) if len(rec) and len(groups_by) >= 2 else None
     facet_vals = list(dict.fromkeys(df.drop_duplicates("scenario")[facet].tolist())) if facet else [None]
     lines_by = [a for a in groups_by if a != facet]
     ncol = len(facet_vals)
@@ -397,6 +400,11 @@ def sweep_figure(df, axes: Sequence[str], x: str | None = None):
             bottom.set_xlim(-0.5, len(order) - 0.5)
         if len(frec) and _log_if_wide(top, frec["days"].astype(float).tolist(), "y", 10):
             _plain_log_labels(top.yaxis)
+        if not len(frec):  # nothing feasible in this panel: say so rather than draw an empty scale
+            for panel in (top, bottom):
+                panel.set_yticks([])
+            top.text(0.5, 0.5, "no feasible plan", transform=top.transAxes, ha="center", va="center",
+                     fontsize=9, color="0.35")
         bottom.margins(y=0.15)  # both panels scaled to their data, like the days above
         if c == 0:
             top.set_ylabel("training days")
