@@ -20,7 +20,7 @@ the remaining choices, as the dense fidelity benchmark does):
   printed: the valid values; a printed "selective: <modules>" is the planner's selective
   recomputation (its MoE modules -- moe_act, layernorm, mla_up_proj -- are cheap to recompute);
 - ZeRO: Megatron's distributed optimizer (1), FSDP (3) for NeMo AutoModel and "FSDP On" rows;
-- precision: the row's (mxfp8, fp8 -> the fp8 GEMM path; nvfp4 -> fp8, a stated approximation);
+- precision: the row's recipe (bf16, fp8, mxfp8, nvfp4: the planner's recipes of the same names);
 - routing: force-balanced (``moe_imbalance`` 1.0) where the source says so (the Megatron-Bridge
   page footnote, AutoModel's "fake balanced gate", "force balance" in a row's notes); otherwise
   the Plan default (real routing);
@@ -70,7 +70,7 @@ MODELS = [(r"DeepSeek-V3", "deepseek-v3"), (r"Qwen3-235B", "qwen3-235b-a22b"), (
           (r"GPT-OSS-120B", "gpt-oss-120b"), (r"GPT-OSS-20B", "gpt-oss-20b"), (r"Kimi-K2", "kimi-k2"),
           (r"Mixtral-8x22B", "mixtral-8x22b")]
 BLACKWELL = ("b200", "b300", "gb200-nvl72", "gb300-nvl72")
-PRECISION = {"bf16": "bf16", "fp8": "fp8", "mxfp8": "fp8", "nvfp4": "fp8"}
+PRECISION = {"bf16": "bf16", "fp8": "fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 FIT_TERMS = {"a2a_bw_eff": (0.05, 1.0), "grouped_gemm_eff": (0.2, 1.0), "ep_overlap": (0.0, 0.95),
              "moe_membound_eff": (0.1, 1.0)}
 FLOORS = {"median": 0.10, "p90": 0.20, "lomo_median": 0.15}
@@ -92,6 +92,7 @@ class MoERun:
     candidates: list[Plan]
     assumed: list[str]
     arrays: PlanArrays | None = field(default=None, repr=False)
+    version: str = ""
 
 
 def _splits(l: int, p: int, vpp: int):
@@ -117,6 +118,10 @@ def _row_candidates(row: dict, model: ModelSpec, group: str, gpu: str, n: int):
     vpp, mb, gb, seq = _int(row["vpp"]), _int(row["micro_batch"]), _int(row["global_batch"]), _int(row["seq_len"])
     ep, etp = _int(row["ep"]) or 1, _int(row["etp"])
     assumed = []
+    eps = [ep]
+    if re.search(r"EP printed '-'", notes):  # AutoModel's table prints '-': its default, not stated
+        eps = sorted({e for e in (1, 8, n // (tp * pp * cp)) if model.num_experts % e == 0})
+        assumed.append("ep")
     etps = [etp] if etp else sorted({1, tp})
     if not etp:
         assumed.append("etp")
@@ -135,16 +140,19 @@ def _row_candidates(row: dict, model: ModelSpec, group: str, gpu: str, n: int):
     precision = PRECISION[(row.get("precision") or "bf16").strip().lower()]
     balanced = group in ("megatron-bridge", "nemo-automodel") or bool(
         re.search(r"force[ds]?[ -]balanc|forced balance|balanced gate", notes, re.I))
-    flex = bool(re.search(r"DeepEP|HybridEP|\bflex\b", notes)) or group == "deepseek-v3" or (
-        group == "megatron-bridge" and gpu in BLACKWELL)
+    flex = bool(re.search(r"DeepEP|HybridEP|\bflex\b", notes)) or group == "deepseek-v3"
     if re.search(r"dispatcher A2A|alltoall dispatcher", notes):
         flex = False
+    dispatchers = ["flex"] if flex else ["alltoall"]
+    if group == "megatron-bridge":  # its tables do not print the dispatcher; its recipes use both
+        dispatchers = ["alltoall", "flex"]
+        assumed.append("dispatcher")
     said_overlap = bool(re.search(r"A2A overlap|1f1b overlap|DualPipe", notes, re.I))
     overlaps = [True] if said_overlap else ([False, True] if group == "megatron-bridge" else [False])
     if group == "megatron-bridge" and not said_overlap:
         assumed.append("moe_overlap")
     out = []
-    for e_tp, v, b, r, ov in product(etps, vpps, mbs, rcs, overlaps):
+    for e_tp, v, b, r, ov, disp, ep in product(etps, vpps, mbs, rcs, overlaps, dispatchers, eps):
         if n % (tp * pp * cp):
             continue
         d = n // (tp * pp * cp)
@@ -156,7 +164,7 @@ def _row_candidates(row: dict, model: ModelSpec, group: str, gpu: str, n: int):
             try:
                 plan = Plan(num_gpus=n, tp=tp, pp=pp, cp=cp, vpp=v, micro_batch=b, global_batch=gb, seq_len=seq,
                             recompute=r, zero=zero, precision=precision, sequence_parallel=tp > 1,
-                            ep=ep, etp=e_tp, moe_dispatcher="flex" if flex else "alltoall",
+                            ep=ep, etp=e_tp, moe_dispatcher=disp,
                             moe_overlap=ov and ep > 1, moe_imbalance=1.0 if balanced else Plan.model_fields[
                                 "moe_imbalance"].default, **kw)
                 plan.check_against(model)
@@ -203,7 +211,8 @@ def load_moe_runs(verbose: bool = True) -> tuple[list[MoERun], list[tuple[str, s
         if not cands:
             skipped.append((label, "no valid plan for the printed degrees"))
             continue
-        run = MoERun(i, row["source"], group, key, model, gpu, n, step, how, cands, assumed)
+        run = MoERun(i, row["source"], group, key, model, gpu, n, step, how, cands, assumed,
+                     version=(row.get("container_or_version") or "").strip())
         run.arrays = PlanArrays.from_plans(cands, model.num_layers)
         runs.append(run)
     return runs, skipped
@@ -218,29 +227,76 @@ def predict(run: MoERun, cluster: ClusterSpec) -> tuple[float, Plan, bool]:
     return float(step[i]), run.candidates[i], bool(fits[i])
 
 
+def unfitted_systems(runs) -> list[str]:
+    """Systems of ``runs`` whose megatron profile is the untouched defaults (no dense fit yet: B200,
+    B300, GB200, GB300 at the time of writing): their ``gemm_eff_max`` is fitted here too, from the
+    reference system's (``h100-sxm``) fitted value, as bench/fidelity.py does for systems with few rows."""
+    out = []
+    for g in sorted({r.gpu for r in runs}):
+        if for_framework(get_cluster(g), "megatron").efficiency.source.startswith("defaults"):
+            out.append(g)
+    return out
+
+
 def _cluster(gpu: str, moe: dict) -> ClusterSpec:
     c = for_framework(get_cluster(gpu), "megatron")
-    return c.model_copy(update={"efficiency": c.efficiency.model_copy(update=moe)})
+    upd = {k: v for k, v in moe.items() if "@" not in k}
+    if f"gemm_eff_max@{gpu}" in moe:
+        upd["gemm_eff_max"] = moe[f"gemm_eff_max@{gpu}"]
+    return c.model_copy(update={"efficiency": c.efficiency.model_copy(update=upd)})
+
+
+_GROUPS: dict = {}
+
+
+def _grouped(runs):
+    """Runs of one (model, GPU) evaluated in one call: their candidates concatenated (cached)."""
+    key = tuple(r.index for r in runs)
+    if key not in _GROUPS:
+        by = defaultdict(list)
+        for r in runs:
+            by[(r.model_key, r.gpu)].append(r)
+        out = []
+        for (mk, g), rs in by.items():
+            plans = [p for r in rs for p in r.candidates]
+            cuts = np.cumsum([0] + [len(r.candidates) for r in rs])
+            out.append((rs[0].model, g, PlanArrays.from_plans(plans, rs[0].model.num_layers), rs, cuts))
+        _GROUPS[key] = out
+    return _GROUPS[key]
 
 
 def errors(runs, moe: dict) -> list[float]:
-    return [predict(r, _cluster(r.gpu, moe))[0] / r.measured_step_s - 1.0 for r in runs]
+    """Signed step-time error of every run (in ``runs`` order): the fastest candidate that fits."""
+    err = {}
+    for model, g, x, rs, cuts in _grouped(runs):
+        r = evaluate(model, _cluster(g, moe), x, memory_headroom=0.0)
+        step, fits = r["step_s"], r["fits"]
+        for run, a, b in zip(rs, cuts[:-1], cuts[1:]):
+            s, f = step[a:b], fits[a:b]
+            best = float(np.min(s[f])) if f.any() else float(np.min(s))
+            err[run.index] = best / run.measured_step_s - 1.0
+    return [err[r.index] for r in runs]
 
 
-def fit(runs, start: dict, iters: int = 150) -> dict:
+def fit(runs, start: dict, iters: int = 400) -> dict:
     """MoE terms minimising the mean squared log step-time error over ``runs`` (with a weak pull
     to ``start``); deterministic (Nelder-Mead from ``start``)."""
-    names = list(FIT_TERMS)
-    z0 = np.array([_to_unit(start[t], *FIT_TERMS[t]) for t in names])
+    bounds = dict(FIT_TERMS)
+    for g in unfitted_systems(runs):
+        bounds[f"gemm_eff_max@{g}"] = (0.25, 0.98)
+    names = list(bounds)
+    ref = for_framework(get_cluster("h100-sxm"), "megatron").efficiency.gemm_eff_max
+    z0 = np.array([_to_unit(start.get(t, ref), *bounds[t]) for t in names])
 
     def terms(z):
-        return {t: _from_unit(float(v), *FIT_TERMS[t]) for t, v in zip(names, z)}
+        return {t: _from_unit(float(v), *bounds[t]) for t, v in zip(names, z)}
 
     def loss(z):
         e = [math.log(1.0 + x) for x in errors(runs, terms(z))]
         return float(np.mean(np.square(e))) + PRIOR_WEIGHT * float(np.sum(np.square(z - z0)))
 
     z = nelder_mead(loss, z0, iters=iters)
+    z = nelder_mead(loss, z, iters=iters // 2, step=0.2)
     return terms(z)
 
 
@@ -257,13 +313,15 @@ def _fmt(s: dict) -> str:
 
 def report(runs, errs, title: str) -> dict:
     print(f"\n== {title}: {_fmt(summary(errs))}")
-    for name, key in (("source", lambda r: r.group), ("GPU", lambda r: r.gpu), ("model", lambda r: r.model_key)):
+    for name, key in (("source", lambda r: r.group), ("GPU", lambda r: r.gpu), ("model", lambda r: r.model_key),
+                      ("container / version (signed mean: + slower predicted than measured)",
+                       lambda r: r.version[:24])):
         by = defaultdict(list)
         for r, e in zip(runs, errs):
             by[key(r)].append(e)
         print(f"  per {name}:")
         for k in sorted(by):
-            print(f"    {k:24s} {_fmt(summary(by[k]))}")
+            print(f"    {k:24s} {_fmt(summary(by[k]))}  signed mean {np.mean(by[k]) * 100:+5.1f}%")
     return summary(errs)
 
 
@@ -281,7 +339,7 @@ def main(argv=None) -> int:
         print(f"  skip {label}: {why}")
     base = {t: getattr(EfficiencySpec(), t) for t in FIT_TERMS}
     moe = fit(runs, base) if a.refit else base
-    print("MoE terms: " + ", ".join(f"{k}={v:.3f}" for k, v in moe.items()) + (" (refit on all rows)" if a.refit
+    print("terms: " + ", ".join(f"{k}={v:.3f}" for k, v in moe.items()) + (" (refit on all rows)" if a.refit
                                                                                     else " (built-in)"))
     errs = errors(runs, moe)
     if a.rows:
@@ -292,6 +350,17 @@ def main(argv=None) -> int:
                   f"{' ovl' if plan.moe_overlap else ''}{'' if fits else ' (does not fit)'}"
                   f"{'  assumed: ' + ','.join(r.assumed) if r.assumed else ''}")
     s = report(runs, errs, "all MoE rows")
+    same = defaultdict(list)
+    for r in runs:
+        p = r.candidates[0]
+        same[(r.model_key, r.gpu, r.n, p.tp, p.pp, p.vpp, p.ep, p.micro_batch, p.global_batch, p.precision,
+              p.moe_overlap)].append(r)
+    pairs = [(k, v) for k, v in same.items() if len(v) > 1]
+    if pairs:
+        print("\n  the same configuration measured in different containers (no deterministic model fits both):")
+        for k, v in pairs:
+            print(f"    {k[0]} {k[1]} x{k[2]} tp{k[3]} pp{k[4]} vpp{k[5]} ep{k[6]} mb{k[7]} gb{k[8]} {k[9]}: " +
+                  ", ".join(f"{r.measured_step_s:.2f} s ({r.version})" for r in v))
     ok = s["median"] <= FLOORS["median"] and s["p90"] <= FLOORS["p90"]
     if a.loso:
         held = []

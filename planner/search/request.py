@@ -129,8 +129,9 @@ class _EnumeratedKnobs(_Strict):
       ``k`` in ``recompute_layers``, default a quarter, a half and three quarters of the stage);
     - ``sequence_parallel``: ``[true]`` (on whenever tp > 1); ``[true, false]`` tries both.
     - ``ep``, ``etp`` (mixture of experts; 1 for dense models): ``ep`` powers of two dividing the
-      experts with at most 32 experts per rank, ``etp`` 1 or the row's ``tp`` (dividing the expert
-      width); ``etp * ep`` divides the stage's ``tp*cp*dp`` GPUs (Megatron-Core parallel folding).
+      experts with at most 32 experts per rank, ``etp`` 1 (and the row's ``tp`` for experts at least
+      as wide as the hidden size); ``etp * ep`` divides the stage's ``tp*cp*dp`` GPUs (Megatron-Core
+      parallel folding).
 
     Every other knob of :class:`Plan` (precision, FlashAttention, the overlaps, ...) is a field
     of :class:`Knobs` too, generated from the Plan (:mod:`plan_search.planner.costmodel.knobs`):

@@ -24,6 +24,12 @@ rebuilt by :meth:`Space.plan` validate and give back the same row), within the u
 - recomputation none / selective / full (every layer) / partial (full on ``k`` layers per stage,
   ``1 <= k <`` the largest stage; duplicates of another ``k`` dropped);
 - sequence parallelism on when tp > 1 (both settings if asked);
+- mixture of experts (:func:`expert_domain`): ``ep`` a power of two dividing the experts with at
+  most :data:`MAX_LOCAL_EXPERTS` experts per GPU, ``etp`` 1 (and the row's tp for experts at least
+  as wide as the hidden size), ``etp * ep`` dividing the stage's ``tp*cp*dp`` GPUs (parallel
+  folding); (1, 1) for a
+  dense model. Each layout row is crossed with its valid (ep, etp) pairs before the micro-batch
+  cross, so a MoE space is a few times a dense one (4 values of ep for 8 to 256 experts at most 6);
 - every other knob of :class:`Plan` (precision, FlashAttention, fp32 gradients, the overlaps,
   ...: :func:`~plan_search.planner.costmodel.knobs.broadcast_knobs`) as the request gives it, a
   value or a set; the space is crossed with every combination (by default the Plan's defaults
@@ -282,9 +288,13 @@ def expert_domain(model: ModelSpec, cluster: ClusterSpec, knobs: Knobs):
 
     Dense model: (1, 1) only. MoE: ``ep`` the powers of two dividing ``num_experts`` with at most
     :data:`MAX_LOCAL_EXPERTS` experts per rank (or the user's ``ep``); ``etp`` 1 (the
-    Megatron-MoE ModelZoo's setting for fine-grained experts) or equal to the row's ``tp``
-    (Megatron-LM's default when ``--expert-tensor-parallel-size`` is not given), dividing the
-    expert width (or the user's ``etp``). The user's lists are checked against the model here.
+    Megatron-MoE ModelZoo's and Megatron-Bridge's setting for fine-grained experts) and, for
+    experts at least as wide as the hidden size (Mixtral, GPT-OSS), also equal to the row's
+    ``tp`` (Megatron-LM's default when ``--expert-tensor-parallel-size`` is not given), dividing
+    the expert width; or the user's ``etp``. Splitting an expert narrower than the hidden size
+    only shrinks GEMMs that are already small (DeepSeek-V3's 2048 of 7168, Qwen3's 768-1536): the
+    default leaves it out, which halves DeepSeek-V3's space (a front measured unchanged).
+    The user's lists are checked against the model here.
     """
     one = np.ones(1, dtype=np.int64)
     if not model.is_moe:
@@ -310,6 +320,8 @@ def expert_domain(model: ModelSpec, cluster: ClusterSpec, knobs: Knobs):
         dom = cluster.node.intra_domain_size
         etp = 2 ** np.arange(0, int(np.log2(max(dom, 1))) + 1, dtype=np.int64)
         etp = etp[fe % etp == 0]
+        if fe < model.hidden_size:  # fine-grained experts: etp 1 only (see the docstring)
+            etp = etp[:1]
         etp = -etp  # negative: "equal to the row's tp" (or 1), see expert_pair_ok
     ep_g, etp_g = (a.ravel() for a in np.meshgrid(ep, etp, indexing="ij"))
     return ep_g, etp_g
