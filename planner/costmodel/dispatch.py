@@ -17,8 +17,9 @@ plus 2 more per fully recomputed layer). Three dispatchers (Megatron-Core
   reduce-scattered), priced as :func:`comm.collective_s`.
 - ``flex`` (DeepEP / HybridEP): the same NVLink part, but a token crosses the NIC once per
   *distinct remote domain* among its ``k`` experts and is forwarded inside the domain over NVLink:
-  NIC bytes per token ``h * 2 * (G - 1) * (1 - (1 - 1/G)^k)`` for ``G = ep / k_d`` domains
-  (uniform routing; DeepSeek-V3 Sec. 3.2.2 node-limited dispatch).
+  NIC bytes per token ``h * 2`` times the remote domains its experts sit in
+  (:func:`remote_domains_per_token`: ``(G - 1)(1 - (1 - 1/G)^k)`` for ``G = ep / k_d`` domains and
+  uniform routing, fewer under group-limited routing; DeepSeek-V3 Sec. 3.2.2).
 - ``allgather``: every GPU all-gathers the ``T_loc`` rows of the ``ep * etp`` expert group and
   reduce-scatters the outputs back (:func:`comm.collective_s` ring costs).
 
@@ -71,6 +72,23 @@ def _a2a_s(intra_bytes, inter_bytes, crosses, cluster: ClusterSpec):
     return np.maximum(intra_bytes / b_in, inter_bytes / b_out) + lat
 
 
+def remote_domains_per_token(model: ModelSpec, G):
+    """Expected NVLink domains other than its own that one token's ``k`` experts sit in, with the
+    experts spread evenly over ``G`` domains and routing uniform. Group-limited routing
+    (``router_num_groups`` groups, ``router_group_topk`` of them per token; DeepSeek-V3 Sec. 2.1.2
+    "node-limited routing": 8 groups, 4 chosen, so at most 4 nodes when the groups are the nodes, as
+    Megatron-Core sets them for node-limited routing) confines the ``k`` picks to the domains of the
+    chosen groups: ``D = min(G, topk_group x max(1, G / groups))`` domains, ``D (1 - (1 - 1/D)^k)``
+    of them hit, ``(G - 1)/G`` of those remote."""
+    k = model.experts_per_token
+    G = np.asarray(G, dtype=float)
+    D = G
+    if getattr(model, "router_num_groups", 0) and getattr(model, "router_group_topk", 0):
+        D = np.minimum(G, model.router_group_topk * np.maximum(1.0, G / model.router_num_groups))
+    D = np.maximum(D, 1.0)
+    return D * (1.0 - (1.0 - 1.0 / D) ** k) * (G - 1.0) / G
+
+
 def exchange_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
     """One dispatch (= one combine) of one MoE layer and micro-batch, seconds."""
     h, k = model.hidden_size, model.experts_per_token
@@ -84,7 +102,7 @@ def exchange_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
     intra = S * (kd - 1) / ep
     inter_a2a = S * (ep - kd) / ep
     G = ep / kd
-    distinct_remote = (G - 1) * (1.0 - (1.0 - 1.0 / G) ** k)
+    distinct_remote = remote_domains_per_token(model, G)
     inter_flex = Tl * h * per_elem * distinct_remote * experts.imbalance(x)
     intra_flex = intra + inter_flex * (kd - 1) / kd  # forwarded inside the destination domain
     a2a = _a2a_s(intra, inter_a2a, crosses, cluster)
