@@ -69,6 +69,14 @@ def _default_text(spec) -> str:
     return str(spec.default)
 
 
+def _seen(ctx, param, value):
+    """Record the order in which boolean knob options were given (the last given wins, as with
+    click's own ``--x/--no-x`` pairs)."""
+    if value not in (None, False):
+        ctx.meta.setdefault("plan_search_knob_order", []).append(param.name)
+    return value
+
+
 def knob_options(multi: bool):
     """A decorator adding one option per plan knob (two for a boolean: ``--x [on|off]`` and
     ``--no-x``). ``multi``: values may be sets (plan-search)."""
@@ -80,9 +88,9 @@ def knob_options(multi: bool):
             if spec.kind == "bool":
                 vals = "on|off|both" if multi else "on|off"
                 f = click.option(f"--no-{opt[2:]}", f"knob_no__{spec.name}", is_flag=True, default=False,
-                                 help=f"the same as {opt} off")(f)
+                                 callback=_seen, help=f"the same as {opt} off")(f)
                 f = click.option(opt, f"knob__{spec.name}", is_flag=False, flag_value="on", default=None,
-                                 metavar=f"[{vals}]",
+                                 metavar=f"[{vals}]", callback=_seen,
                                  help=f"{what} [default: {_default_text(spec)}]")(f)
             else:
                 if spec.kind == "choice":
@@ -105,6 +113,13 @@ def collect(kwargs: dict, multi: bool) -> dict:
     ``{name: value}`` (one value) or ``{name: [values]}`` (``multi``)."""
     from plan_search.planner.costmodel.knobs import knob_spec, parse_value
 
+    ctx = click.get_current_context(silent=True)
+    order = ctx.meta.get("plan_search_knob_order", []) if ctx is not None else []
+    for name in {k.split("__", 1)[1] for k in kwargs if k.startswith("knob_no__")}:
+        given = [o for o in order if o in (f"knob__{name}", f"knob_no__{name}")]
+        if len(given) > 1:  # both spellings given: the last one wins
+            loser = "knob_no__" if given[-1].startswith("knob__") else "knob__"
+            kwargs[f"{loser}{name}"] = None if loser == "knob__" else False
     out: dict = {}
     for key in [k for k in kwargs if k.startswith(("knob__", "knob_no__", "knob_alias__"))]:
         val = kwargs.pop(key)

@@ -189,6 +189,7 @@ def validation_message(exc: ValidationError, where: str = "") -> str:
     """First error of a pydantic ValidationError as ``where: field.path: message``."""
     err = exc.errors()[0]
     loc = ".".join(str(p) if isinstance(p, int) else field_name(p) for p in err.get("loc", ()) if p != "__root__")
+    loc = loc.removeprefix("knobs.")  # a plan knob is named alone: requests take it at the top level too
     msg = (err.get("msg") or "invalid value").removeprefix("Value error, ")  # not str(exc): it prints the input
     inp = err.get("input")
     shown = ""
