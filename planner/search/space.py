@@ -237,18 +237,23 @@ def pp_domain(model: ModelSpec, knobs: Knobs):
     # one layer each) exist only to make a GPU count divide, nobody runs them
     thick = (edge // 2 >= np.maximum(2, (mid_u + 1) // 2)) if not knobs.pp else (edge > 1)
     uneven_ok = (~even) & (cand > 2) & (edge % 2 == 0) & thick
-    keep = even | uneven_ok
+    two = (~even) & (cand == 2)  # two stages, odd layers: the balanced split (Plan.split), ceil(l/2) first
+    keep = even | uneven_ok | two
     p = cand[keep]
     uneven = uneven_ok[keep]
+    two = two[keep]
     mid = np.where(uneven, mid_u[keep], l // p)
     first = np.where(uneven, edge[keep] // 2, np.where(p == 1, l, l // p))
     mid = np.where(p == 1, l, mid)
+    last = np.where(two, l // 2, first)
+    first = np.where(two, l - l // 2, first)
+    mid = np.where(two, first, mid)
     if knobs.pp and p.size == 0:
         raise InputError(
             f"pp: none of {list(knobs.pp)} divides num_layers {l} or splits it unevenly "
             "(middle stages ceil(l/pp) layers, first and last sharing an even rest)"
         )
-    return p, first, mid, first.copy(), uneven
+    return p, first, mid, last, uneven
 
 
 def cp_domain(seq_len: int, knobs: Knobs) -> np.ndarray:
@@ -393,6 +398,9 @@ def _vpp_table(P: np.ndarray, M: np.ndarray, V: np.ndarray, num_layers: int):
         slots = num_layers + 2 if _accounted(p, mid - 1, mid, mid - 1, num_layers) else num_layers
         hi = np.searchsorted(V, slots // p, side="right") if p > 1 else np.searchsorted(V, 1, side="right")
         cand = V[:hi]
+        if p == 2 and num_layers % 2:  # the balanced split of odd layers: no interleaving (Plan rule)
+            rows.append(cand[cand == 1])
+            continue
         rows.append(cand[(cand == 1) | ((p > 1) & (mid % cand == 0))])
     width = max([len(r) for r in rows] + [1])
     table = np.full((len(rows), width), -1, dtype=np.int64)
@@ -498,11 +506,14 @@ def enumerate_space(
     gb1, tp1, cp1, pi1, dp1, n1 = (np.concatenate([p[j] for p in parts]) for j in range(6))
     # 1b. expert layouts (MoE): (ep, etp) pairs whose product divides the stage's tp*cp*dp GPUs
     EP, ETP = expert_domain(model, cluster, knobs)
-    group1 = tp1 * cp1 * dp1
-    re, je = _pairs_chunked(len(gb1), len(EP), lambda rows: expert_pair_ok(EP, ETP, group1[rows], tp1[rows]),
-                            max_candidates)
-    gb1, tp1, cp1, pi1, dp1, n1 = (a[re] for a in (gb1, tp1, cp1, pi1, dp1, n1))
-    ep1, etp1 = EP[je], np.abs(ETP[je])
+    if model.is_moe:
+        group1 = tp1 * cp1 * dp1
+        re, je = _pairs_chunked(len(gb1), len(EP), lambda rows: expert_pair_ok(EP, ETP, group1[rows], tp1[rows]),
+                                max_candidates)
+        gb1, tp1, cp1, pi1, dp1, n1 = (a[re] for a in (gb1, tp1, cp1, pi1, dp1, n1))
+        ep1, etp1 = EP[je], np.abs(ETP[je])
+    else:  # dense: (1, 1) on every row, no cross
+        ep1 = etp1 = np.ones(len(gb1), dtype=np.int64)
     # 2. micro-batch: dp * mb divides the global batch
     r2, j2 = _pairs_chunked(len(gb1), len(MB), lambda rows: gb1[rows, None] % (dp1[rows, None] * MB[None, :]) == 0,
                             max_candidates)
