@@ -416,8 +416,10 @@ def _brute_force(model, cluster, counts, gb, seq, knobs: Knobs) -> set:
             if edge % 2 or (edge // 2 < max(2, -(-mid // 2)) if not knobs.pp else edge <= 1):
                 continue
             split = dict(first_stage_layers=edge // 2, last_stage_layers=edge // 2)
+            if edge // 2 == mid - 1 and pp * mid == l + 2:  # the split Megatron's embedding/loss accounting makes
+                split = dict(account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True)
         mbs = [m for m in (1, 2, 4, 8) if m <= knobs.max_micro_batch]
-        for mb, vpp in product(mbs, range(1, min(knobs.max_vpp or l, l) + 1)):
+        for mb, vpp in product(mbs, range(1, min(knobs.max_vpp or l + 2, l + 2) + 1)):
             if gb % (dp * mb):
                 continue
             for zero in ([z for z in knobs.zero] if dp > 1 else [min(knobs.zero)]):
