@@ -165,19 +165,6 @@ class Plan(BaseModel):
         from plan_search.models.io import refuse_bools
 
         return refuse_bools(cls, data)  # a boolean is not a count (pydantic's lax mode takes True as 1)
-    # (issue 12: pipeline-split accounting and data-parallel knobs)
-    account_for_embedding_in_pipeline_split: bool = Field(
-        default=False, description="count the input embedding as one layer of the first stage when splitting "
-        "(Megatron --account-for-embedding-in-pipeline-split)")
-    account_for_loss_in_pipeline_split: bool = Field(
-        default=False, description="count the output layer and loss as one layer of the last stage when splitting "
-        "(Megatron --account-for-loss-in-pipeline-split)")
-    dp_shard: int | None = Field(
-        default=None, gt=0, le=10_000_000, description="GPUs per ZeRO/FSDP shard group (HSDP; Megatron distributed-"
-        "optimizer instances = dp/dp_shard): the dp/dp_shard replicas all-reduce the shards; default dp (flat)")
-    grad_reduce: Literal["default", "step", "microbatch"] = Field(
-        default="default", description="gradient reduction under accumulation: once per step or every micro-batch; "
-        "default: ZeRO 0/1 per step, 2/3 per micro-batch (ZeRO-3 with pp > 1 per step, as torch pipelining does)")
 
     @model_validator(mode="before")
     @classmethod
