@@ -96,10 +96,14 @@ class MoERun:
 
 
 def _splits(l: int, p: int, vpp: int):
-    """(first, last) layer counts of the pipeline splits tried for ``l`` layers on ``p`` stages."""
-    if p == 1 or l % p == 0:
+    """(first, last) layer counts of the pipeline splits tried for ``l`` layers on ``p`` stages: the
+    even split when ``p`` divides ``l``; otherwise, and also to lighten the stage that carries the
+    embedding or the output layer and MTP depths (Megatron-Bridge lays DeepSeek-V3 out as
+    ``Et|(tt|)*30mL``; ``--decoder-first/last-pipeline-num-layers`` do the same), middle stages of
+    ``floor(l/p)`` or ``ceil(l/p)`` layers and ends of up to 3 layers fewer."""
+    if p == 1:
         return [(None, None)]
-    out = []
+    out = [(None, None)] if l % p == 0 else []
     if p == 2:
         for f in range(l // 2 - 4, l // 2 + 5):
             if 0 < f < l:
@@ -107,8 +111,10 @@ def _splits(l: int, p: int, vpp: int):
         return out
     for mid in sorted({l // p, -(-l // p)}):
         edge = l - (p - 2) * mid
-        if edge >= 2:
-            out.append((edge // 2, edge - edge // 2))
+        for la in range(max(1, mid - 3), mid + 1):
+            f = edge - la
+            if 1 <= f <= mid + 1 and (f, la) not in out:
+                out.append((f, la))
     return out
 
 

@@ -75,11 +75,12 @@ def test_all_to_all_on_nvlink_vs_across_nics():
     nvl = _est("qwen3-30b-a3b", gpu="gb200-nvl72", ep=16, **kw)
     assert nvl.time.ep_comm_s < across.time.ep_comm_s / 3
     # DeepSeek-V3's ep 64 over 8 nodes without dispatch overlap is all-to-all bound on the NICs
+    # (the last stage lighter: it also runs the MTP depth and the output layer, as Megatron-Bridge lays it out)
     ds = _est("deepseek-v3", num_gpus=1024, tp=1, pp=16, ep=64, global_batch=4096, recompute="full",
-              first_stage_layers=2, last_stage_layers=3)
+              first_stage_layers=3, last_stage_layers=2)
     assert ds.bottleneck == "all-to-all (nic)"
     hidden = _est("deepseek-v3", num_gpus=1024, tp=1, pp=16, ep=64, global_batch=4096, recompute="selective",
-                  first_stage_layers=2, last_stage_layers=3, moe_overlap=True, moe_dispatcher="flex")
+                  first_stage_layers=3, last_stage_layers=2, moe_overlap=True, moe_dispatcher="flex")
     assert hidden.time.ep_comm_s < ds.time.ep_comm_s / 2
 
 
@@ -174,6 +175,33 @@ def test_cli_estimate_takes_ep_and_refuses_a_bad_one():
     bad = CliRunner().invoke(estimate_main, [*base, "--ep", "3"])
     assert bad.exit_code != 0
     assert "ep:" in bad.output and "Traceback" not in bad.output
+
+
+def test_mtp_depth_runs_on_the_last_stage():
+    """DeepSeek-V3 trains one multi-token-prediction depth: one more MoE block, a 2h -> h projection
+    and the shared output layer on the last stage; its parameters sit there too."""
+    m = get_model("deepseek-v3")
+    none = m.model_copy(update={"mtp_num_layers": 0})
+    kw = dict(num_gpus=1024, tp=2, pp=8, ep=64, global_batch=8192, recompute="full", first_stage_layers=7,
+              last_stage_layers=6)
+    with_mtp, without = _est(m, **kw), _est(none, **kw)
+    assert with_mtp.step_time_s > without.step_time_s
+    assert with_mtp.memory.worst_stage == "last"
+    extra = counting.mtp_params(m) - m.num_experts * counting.mlp_params(m, m.expert_ffn_hidden_size)
+    experts = m.num_experts * counting.mlp_params(m, m.expert_ffn_hidden_size) / 64
+    # the last stage's weights grow by the MTP depth: its dense part over tp 2, its experts over ep 64
+    assert with_mtp.memory.weights_gib > without.memory.weights_gib
+    assert 2.0 * (extra / 2 + experts) / GIB == pytest.approx(
+        _last_stage_weights(m, kw) - _last_stage_weights(none, kw), rel=1e-9)
+
+
+def _last_stage_weights(model, kw):
+    from plan_search.planner.costmodel import memory
+    from plan_search.planner.costmodel.arrays import PlanArrays
+
+    p = ps.Plan(**{**kw, "seq_len": 4096, "moe_imbalance": 1.0})
+    x = PlanArrays.from_plans([p], model.num_layers)
+    return float(2.0 * memory.stage_params(model, x, "last")[0] / GIB)
 
 
 def test_node_limited_routing_cuts_nic_traffic_of_the_flex_dispatcher():

@@ -96,10 +96,33 @@ def routed_expert_params(model: ModelSpec) -> int:
     return model.num_experts * counting.mlp_params(model, model.expert_ffn_hidden_size)
 
 
+def logits_stage(x: PlanArrays, stage: str):
+    """Where the output layer (and the multi-token-prediction depths) run: the last stage, the only
+    one when ``pp == 1`` (:mod:`step` prices it on ``first`` then)."""
+    if stage == "last":
+        return x.pp > 1
+    if stage == "first":
+        return x.pp == 1
+    return np.zeros(len(x), dtype=bool)
+
+
 def stage_expert_params(model: ModelSpec, x: PlanArrays, stage: str):
-    """Routed-expert parameters one GPU of a stage holds: ``moe layers x E x mlp / (ep*etp)``."""
+    """Routed-expert parameters one GPU of a stage holds: ``moe layers x E x mlp / (ep*etp)``, plus
+    the routed experts of the MTP blocks (:func:`counting.mtp_block_params`) on the logits stage."""
     n = stage_moe_layers(model, x)[stage]
-    return n * routed_expert_params(model) / (x.ep * x.etp)
+    mtp = np.where(logits_stage(x, stage), model.mtp_num_layers if model.is_moe else 0, 0)
+    return (n + mtp) * routed_expert_params(model) / (x.ep * x.etp)
+
+
+def mtp_nonexpert_params_local(model: ModelSpec, x: PlanArrays, stage: str):
+    """The multi-token-prediction depths' other parameters (norms, ``2h -> h`` projection, the block's
+    attention, router, shared experts; :func:`counting.mtp_params`; embedding and head shared) on one
+    GPU of the logits stage (``/tp``); zero elsewhere and without MTP."""
+    d = model.mtp_num_layers
+    if not d:
+        return np.zeros(len(x))
+    own = counting.mtp_params(model) - (d * routed_expert_params(model) if model.is_moe else 0)
+    return np.where(logits_stage(x, stage), own / x.tp, 0.0)
 
 
 def nonexpert_layer_params(model: ModelSpec) -> float:

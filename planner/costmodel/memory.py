@@ -237,7 +237,8 @@ def stage_params(model: ModelSpec, x: PlanArrays, stage: str):
         layers = x.last
         # A tied output layer keeps its own copy on the last stage when pp > 1 (Megatron).
         extra = np.where(single, emb + (0 if model.tied_embeddings else out) + final_norm, out + final_norm)
-    return (layers * per_layer + extra) / x.tp + experts.stage_expert_params(model, x, stage)
+    return ((layers * per_layer + extra) / x.tp + experts.stage_expert_params(model, x, stage)
+            + experts.mtp_nonexpert_params_local(model, x, stage))
 
 
 def largest_module_params(model: ModelSpec, x: PlanArrays, stage: str):

@@ -73,7 +73,7 @@ def _moe_stage_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, lt) 
     (:func:`experts.moe_layer_times`), the token dispatch and combine (:mod:`dispatch`, the
     ``ep_comm_s`` entry) and, for MLA, the attention GEMMs' difference; zeros for a dense model."""
     zero = np.zeros(len(x))
-    if not model.is_moe and getattr(model, "kv_lora_rank", None) is None:
+    if not model.is_moe and getattr(model, "kv_lora_rank", None) is None and not model.mtp_num_layers:
         terms = {"ep_comm_s": zero}
         return {**{st: terms for st in memory.STAGES}, "ep_raw_slow": lambda layers: zero}
     mla_f = experts.mla_attention_fwd_s(model, cluster, x)
@@ -85,6 +85,19 @@ def _moe_stage_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, lt) 
     else:
         mt = {k: zero for k in ("compute_fwd_s", "compute_bwd_s", "membound_fwd_s", "membound_bwd_s")}
         ec = {"raw": zero, "exposed": zero, "exposed_fwd": zero}
+    # multi-token prediction (DeepSeek-V3 Sec. 2.2): per depth, one more block (a MoE block in a MoE
+    # model), the 2h -> h projection of [norm(h); norm(emb)] and the shared output layer + loss,
+    # on the stage that holds the output layer
+    d = float(model.mtp_num_layers)
+    if d:
+        lg = compute.logits_times(model, cluster, x)
+        T = compute.tokens_per_gpu(x)
+        proj = 3.0 * compute._gemm_s(T, 2 * model.hidden_size, model.hidden_size / x.tp, cluster, x.fp8)
+        mtp_comp = d * (lt["compute_fwd_s"] + lt["compute_bwd_s"] + 3.0 * mla_f + proj + lg["compute_s"]
+                        + (mt["compute_fwd_s"] + mt["compute_bwd_s"] if model.is_moe else 0.0))
+        mtp_mem = d * (lt["membound_fwd_s"] + lt["membound_bwd_s"] + lg["membound_s"]
+                       + (mt["membound_fwd_s"] + mt["membound_bwd_s"] if model.is_moe else 0.0))
+        mtp_ep = d * ec["exposed"] if model.is_moe else zero
     out = {}
     for st in memory.STAGES:
         layers, nm = per_stage_layers[st].astype(float), n_moe[st]
@@ -96,6 +109,11 @@ def _moe_stage_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, lt) 
             "recompute_s": rc_moe * (mt["compute_fwd_s"] + mt["membound_fwd_s"]) + n_rc * mla_f,
             "ep_comm_s": nm * ec["exposed"] + rc_moe * ec["exposed_fwd"],
         }
+        if d:
+            on = experts.logits_stage(x, st)
+            out[st]["compute_s"] = out[st]["compute_s"] + np.where(on, mtp_comp, 0.0)
+            out[st]["memory_bound_s"] = out[st]["memory_bound_s"] + np.where(on, mtp_mem, 0.0)
+            out[st]["ep_comm_s"] = out[st]["ep_comm_s"] + np.where(on, mtp_ep, 0.0)
     share = np.where(x.pp == 1, n_moe["first"] / model.num_layers, n_moe["middle"] / np.maximum(x.mid, 1))
     out["ep_raw_slow"] = lambda layers: layers * share * ec["raw"]
     return out
