@@ -224,14 +224,14 @@ def _front_table(res, shown: list[int]) -> list[str]:
     # drop the least telling columns until the row and its tag fit in WIDTH
     tag_w = max([len(", ".join(tags.get(i, []))) + 2 for i in shown] + [0])
     for drop in ("step s", "mb", "GiB", "v"):
-        widths = [max(len(h), *(len(r[j]) for r in rows)) for j, h in enumerate(head)]
+        widths = [max([len(h)] + [len(r[j]) for r in rows]) for j, h in enumerate(head)]
         if sum(widths) + len(widths) - 1 + tag_w <= WIDTH:
             break
         j = head.index(drop)
         head.pop(j)
         for r in rows:
             r.pop(j)
-    widths = [max(len(h), *(len(r[j]) for r in rows)) for j, h in enumerate(head)]
+    widths = [max([len(h)] + [len(r[j]) for r in rows]) for j, h in enumerate(head)]
     left = {1} if multi else set()
 
     def fmt(cells):
@@ -276,7 +276,11 @@ def format_table(res, show_all: bool = False) -> str:
     if len(shown) < len(front):
         what += f"; {len(shown)} shown, every point with --all or --format csv/json"
     lines += _wrap(what, first="")
-    lines += _front_table(res, shown)
+    if front:
+        lines += _front_table(res, shown)
+    else:
+        lines += _wrap("no front point was found within the time limit (raise --time-limit); the recommended "
+                       "plan above is the best found", first="")
     others = getattr(res, "other_fronts", None) or []
     for name in inp.systems:
         if others and not any(fp.gpu == name for fp in front):
@@ -521,9 +525,10 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
 
     if plot_file:  # fail before searching when matplotlib is missing or the file cannot be written
         from plan_search.models.output import check_output
-        from plan_search.planner.plots import require_matplotlib
+        from plan_search.planner.plots import plot_format, require_matplotlib
 
         require_matplotlib()
+        plot_format(plot_file)
         check_output(plot_file, "--plot", [f for f in (request_file, request.model, *request.gpu) if f and f != "-"],
                      make_parents=True)
     try:

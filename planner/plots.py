@@ -37,6 +37,21 @@ def require_matplotlib():
     return plt
 
 
+def plot_format(path) -> str:
+    """The picture format of ``path`` from its suffix (``png`` without one), or a one-line
+    InputError naming the formats matplotlib writes -- checked before the work, not after it."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    from plan_search.models.io import short_repr
+
+    fmt = Path(path).suffix.lstrip(".").lower() or "png"
+    known = FigureCanvasBase.get_supported_filetypes()
+    if fmt not in known:
+        raise InputError(f"--plot: {short_repr(Path(path).name)}: .{short_repr(fmt)[1:-1]} is not a picture format; "
+                         f"use one of {', '.join('.' + k for k in sorted(known))}")
+    return fmt
+
+
 def _money_axis(ax, values: Sequence[float]):  # ax unused: kept for the callers' signature
     """Dollars in $k or $M, whichever reads better."""
     top = max((v for v in values if v is not None and math.isfinite(v)), default=1.0)
@@ -112,7 +127,7 @@ def _save(fig, path) -> Path:
     p = Path(path)
     try:
         with atomic_output(p, "--plot") as tmp:
-            fig.savefig(tmp, dpi=130, format=p.suffix.lstrip(".").lower() or "png")
+            fig.savefig(tmp, dpi=130, format=plot_format(p))
     finally:
         plt.close(fig)
     return p
@@ -176,6 +191,10 @@ def front_figure(result):
                 f"zero{p.zero} {p.recompute}")
         ax.text(0.98, 0.97, text, transform=ax.transAxes, ha="right", va="top", fontsize=8.5, zorder=7,
                 bbox=dict(boxstyle="round,pad=0.4", fc="white", ec="0.6", alpha=0.95))
+    if not allp:  # the time limit stopped the walk before any point
+        ax.text(0.5, 0.5, "no front point within the time limit", transform=ax.transAxes, ha="center")
+        fig.tight_layout()
+        return fig
     days = [fp.days for fp in allp]
     if _log_if_wide(ax, days, "x", 10):
         _plain_log_labels(ax.xaxis)
