@@ -986,14 +986,21 @@ def _recommend_reason(rule: str, t: Table, rec: int, systems, ms, request, key, 
         c = exhaustive_pick(t, OBJECTIVE_KEYS["cheapest"])
         c_cost = float(t.cost[c])
         eff = c_cost / cost if cost > 0 else 1.0
+        many = len(systems) > 1  # across GPU types the ratio is of dollars (prices differ), not GPU-hours
+        where = (lambda i: f"{int(t.gpus[i]):,} {systems[int(t.system[i])].name}") if many else \
+            (lambda i: f"{int(t.gpus[i]):,}")
+        measure = (lambda e: f"{1 / e:.2f}x the cheapest plan's cost") if many else \
+            (lambda e: f"efficiency {_pct(e, thr)}")
         text = (f"balanced: the fastest plan with scaling efficiency >= {thr:.0%} (no more than {1 / thr:.2f}x "
-                f"the cost of the cheapest plan) - {what}, efficiency {_pct(eff, thr)} (cheapest: "
-                f"{int(t.gpus[c]):,} GPUs, {float(t.days[c]):,.1f} days, {_short_money(c_cost)})")
+                f"the cost of the cheapest plan) - {what}, {measure(eff)} (cheapest: "
+                f"{where(c)} GPUs, {float(t.days[c]):,.1f} days, {_short_money(c_cost)})")
         faster = t.days < days
         if faster.any():
             j = exhaustive_pick(t, OBJECTIVE_KEYS["cheapest"], faster)
-            text += (f"; anything faster is at most {_pct(c_cost / float(t.cost[j]), thr)} efficient "
-                     f"({int(t.gpus[j]):,} GPUs, {float(t.days[j]):,.1f} days, {_short_money(float(t.cost[j]))})")
+            e_j = c_cost / float(t.cost[j])
+            text += ((f"; anything faster costs at least {1 / e_j:.2f}x the cheapest" if many else
+                      f"; anything faster is at most {_pct(e_j, thr)} efficient")
+                     + f" ({where(j)} GPUs, {float(t.days[j]):,.1f} days, {_short_money(float(t.cost[j]))})")
         else:
             text += "; it is also the fastest plan"
         return text + bottleneck
