@@ -135,8 +135,11 @@ def expert_grid(x: PlanArrays) -> PlanArrays:
 
 
 def expert_dp_step_s(expert_params_local, x: PlanArrays, cluster: ClusterSpec) -> dict:
-    """Expert gradients / parameters over the expert-data-parallel group, per step."""
-    return comm.dp_step_s(expert_params_local, expert_grid(x), cluster)
+    """Expert gradients / parameters over the expert-data-parallel group, per step (nothing, not even
+    a collective's latency, where a stage holds no routed experts: dense models, dense-only stages)."""
+    out = comm.dp_step_s(expert_params_local, expert_grid(x), cluster)
+    has = np.asarray(expert_params_local) > 0
+    return {**out, "grad_s": np.where(has, out["grad_s"], 0.0), "param_s": np.where(has, out["param_s"], 0.0)}
 
 
 def expert_optimizer_s(expert_params_local, x: PlanArrays, cluster: ClusterSpec):
