@@ -173,3 +173,21 @@ def test_tp_refusal_names_the_nvlink_domain_not_the_heads():
     assert "degrees that work: 1, 2, 4, 8" in msg
     with pytest.raises(InputError, match="5 does not divide num_heads 96"):
         search(SearchRequest(model="gpt3-175b", gpu=["a100-80gb"], gpus=[1024], knobs={"tp": [5]}))
+
+
+def test_dominated_gpu_type_is_answered_not_only_listed():
+    """A100 or H100? With both, the A100's own front comes back (other_fronts) and the table
+    summarises it: its fastest and cheapest plans, which the H100 beats."""
+    req = SearchRequest(model="llama2-70b", gpu=["a100-80gb", "h100-sxm"], gpus=[64, 128, 256, 512], tokens=2e12)
+    res = search(req)
+    assert {p.gpu for p in res.front} == {"h100-sxm"} and res.other_fronts
+    a100 = [p for p in res.other_fronts if p.gpu == "a100-80gb"]
+    cheap = min(a100, key=lambda p: p.cost_usd)
+    assert cheap.cost_usd > min(p.cost_usd for p in res.front)  # dominated indeed
+    r = CliRunner().invoke(main, ["--model", "llama2-70b", "--gpu", "a100,h100", "--gpus", "64,128,256,512",
+                                  "--tokens", "2T"])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.stdout.split())
+    assert "a100-80gb: dominated, no point on the front" in text
+    assert f"its cheapest ${cheap.cost_usd / 1e6:.2f}M in" in text and f"on {cheap.num_gpus:,}" in text
+    assert re.search(r"GPUs, 1\.\d\dx the cheapest plan's cost \(cheapest: [\d,]+ h100-sxm GPUs", text)  # dollars
