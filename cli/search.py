@@ -204,6 +204,12 @@ def _front_table(res, shown: list[int]) -> list[str]:
     for name, i in (res.landmarks or {}).items():
         if name in MARK_NAMES:
             tags.setdefault(i, []).append(MARK_NAMES[name])
+    for i in shown:  # on the front only for using fewer GPUs: name the larger count that beats it
+        fp = front[i]
+        better = [q for q in front if q.gpu == fp.gpu and q.num_gpus > fp.num_gpus and q.days <= fp.days
+                  and q.cost_usd <= fp.cost_usd]
+        if better and i not in tags:
+            tags[i] = [f"beaten by {min(q.num_gpus for q in better):,}"]
     cols = [("GPUs", lambda fp: f"{fp.num_gpus:,}" if fp.num_gpus < 100_000 else str(fp.num_gpus))]
     if multi:
         cols.append(("system", lambda fp: fp.gpu))
@@ -255,6 +261,8 @@ def _front_table(res, shown: list[int]) -> list[str]:
     legend += "; gb: global batch of the plan" if "gb" in head else ""
     legend += "; GiB: peak memory per GPU" if "GiB" in head else ""
     ref = [fp for fp in front if fp.scaling_efficiency >= 1.0 - 1e-9]
+    if any(t[0].startswith("beaten by") for t in tags.values()):
+        legend += "; beaten by N: N GPUs are both faster and cheaper (the point is here for using fewer)"
     legend += ("; eff: scaling efficiency, GPU-hours of the cheapest plan of the GPU type"
                + (f" ({ref[0].num_gpus:,} GPUs)" if len(ref) == 1 else "") + " / the plan's; *: recommended")
     return out + _wrap(legend, first="")

@@ -151,6 +151,13 @@ def test_cli_short_front_for_a_person():
                                       "--all"])
     rows_all = [x for x in every.stdout.splitlines() if re.match(r"^\s*[\d,]+ ", x)]
     assert len(rows_all) == total and max(len(x) for x in every.stdout.splitlines()) <= 80
+    # "beaten by N": N GPUs are both faster and cheaper (the point is on the front for using fewer)
+    res = search(SearchRequest(model="megatron-gpt-1.7b", gpu=["h100-sxm"], max_gpus=256))
+    at = {p.num_gpus: p for p in res.front}
+    beaten = [(int(x.split()[0].replace(",", "")), int(m.group(1).replace(",", "")))
+              for x in rows_all if (m := re.search(r"beaten by ([\d,]+)", x))]
+    for n, by in beaten:
+        assert by > n and at[by].days <= at[n].days and at[by].cost_usd <= at[n].cost_usd
 
 
 def test_cli_singular_and_uneven_split_visible():
