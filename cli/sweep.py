@@ -173,13 +173,14 @@ def main(sweep_file, output, fmt, executor, workers, ray_address, plot_file, plo
     # every output is checked before anything runs: a regular file or none, never an input
     out_path, f = check_sweep_output(sweep, output, fmt)
     if plot_file:  # fail before running, not after
-        from plan_search.planner.plots import require_matplotlib
+        from plan_search.planner.plots import plot_format, require_matplotlib
 
         require_matplotlib()
         if plot_x is not None and plot_x not in sweep.axes:
             raise click.BadParameter(f"{short_repr(plot_x)} is not an axis of the sweep "
                                      f"({', '.join(sweep.axes) or 'none'})", param_hint="--plot-x")
-        plot_path = check_output(plot_file, "--plot", list(sweep.inputs) + [out_path])
+        plot_format(plot_file)
+        plot_path = check_output(plot_file, "--plot", list(sweep.inputs) + [out_path], make_parents=True)
         if os.path.abspath(plot_path) in (os.path.abspath(out_path), os.path.abspath(str(out_path) + ".journal")):
             raise click.BadParameter("the plot and the table must be different files", param_hint="--plot")
     try:

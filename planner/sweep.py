@@ -505,6 +505,7 @@ def read_journal(path: Path, damaged: list | None = None) -> dict[str, dict]:
             if damaged is not None:
                 damaged.append(raw[:40])
             continue
+        entry["rows"] = [_coerce_row(r) for r in rows]
         out[key] = entry
     return out
 
@@ -538,7 +539,9 @@ def rows_complete(rows: Any, expected: int | None = None) -> bool:
         return False
     if status != "ok":
         return len(rows) == 1
-    if sum(1 for r in rows if r.get("recommended") in (True, 1, "True", "true")) != 1:
+    if any(not _OK_KEYS <= r.keys() for r in rows):  # a row cut short, a column renamed by an edit
+        return False
+    if sum(1 for r in rows if r.get("recommended") is True) != 1:
         return False
     points = [r.get("point") for r in rows if r.get("point") is not None]
     if [_number(p) for p in points] != [float(i) for i in range(len(points))] or len(rows) - len(points) > 1:
@@ -550,7 +553,66 @@ def rows_complete(rows: Any, expected: int | None = None) -> bool:
             v = _number(r.get(c))
             if v is None or v <= 0:
                 return False
+        # the plan's own arithmetic: a digit changed by hand or by a bad disk shows here
+        n, tp, pp, dp, cp = (_number(r.get(c)) for c in ("num_gpus", "tp", "pp", "dp", "cp"))
+        if cp is not None and n != tp * pp * dp * cp:
+            return False
+        gb, mb, ga = (_number(r.get(c)) for c in ("plan_global_batch", "micro_batch", "grad_accum"))
+        if gb is not None and ga is not None and gb != dp * mb * ga:
+            return False
+        if not math.isclose(_number(r.get("gpu_hours")), _number(r.get("days")) * 24 * n, rel_tol=1e-6):
+            return False
+    return _typed(rows)
+
+
+#: Keys every row of an ``ok`` scenario has (as :func:`run_scenario` makes it).
+_OK_KEYS = frozenset(RESULT_COLUMNS) - {"scenario_rows"}
+
+
+def _typed(rows: list[dict]) -> bool:
+    """Every cell of a known column holds what its dtype takes (:data:`DTYPES`, after
+    :func:`_coerce_row`): a whole number, a boolean, a number, or text; else the table cannot
+    be rebuilt from it."""
+    for r in rows:
+        for c, t in DTYPES.items():
+            v = r.get(c)
+            if v is None:
+                continue
+            if t == "Int64" and not (isinstance(v, int) and not isinstance(v, bool)):
+                return False
+            if t == "boolean" and not isinstance(v, bool):
+                return False
+            if t == "Float64" and not (isinstance(v, (int, float)) and not isinstance(v, bool)):
+                return False
+            if t == "string" and not isinstance(v, str):
+                return False
     return True
+
+
+_TRUE, _FALSE = ("True", "true", "1", 1, True), ("False", "false", "0", 0, False)
+
+
+def _coerce_row(row: dict) -> dict:
+    """A row read back from a table or a journal with its cells as :data:`DTYPES` says (numbers
+    from text, booleans from ``True``/``False``); a cell that cannot be is left as it is, for
+    :func:`_typed` to refuse."""
+    out = dict(row)
+    for c, t in DTYPES.items():
+        if c not in out:
+            continue
+        v = out[c]
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            out[c] = None
+            continue
+        if t in ("Int64", "Float64") and not isinstance(v, bool):
+            f = _number(v) if not (isinstance(v, float) and math.isinf(v)) else v
+            if f is not None and (t == "Float64" or f == int(f)):
+                out[c] = int(f) if t == "Int64" else float(f)
+        elif t == "boolean":
+            out[c] = True if v in _TRUE else False if v in _FALSE else v
+        elif t == "string" and not isinstance(v, str):
+            out[c] = str(v)
+    return out
 
 
 def _read_table_text(path: Path) -> tuple[str, int]:
@@ -573,7 +635,8 @@ def _read_table_text(path: Path) -> tuple[str, int]:
                          "or write elsewhere") from None
 
 
-def read_output(path: Path, fmt: str, damaged: list | None = None) -> dict[str, list[dict]]:
+def read_output(path: Path, fmt: str, damaged: list | None = None,
+                columns: Iterable[str] | None = None) -> dict[str, list[dict]]:
     """key -> result rows of an existing output table (for resumption). Scenarios whose rows are
     not complete (:func:`rows_complete`: a table cut mid-line or at a line boundary, an edited
     cell) are left out, to be run again, and their keys added to ``damaged`` when given."""
@@ -605,11 +668,13 @@ def read_output(path: Path, fmt: str, damaged: list | None = None) -> dict[str, 
     if "scenario_key" not in df.columns or "status" not in df.columns:
         raise InputError(f"{name}: not a plan-sweep table (no scenario_key column); pass --overwrite "
                          "or write elsewhere")
+    if columns is not None and list(df.columns) != list(columns) and damaged is not None:
+        damaged.append("columns")  # an edited or damaged header: the table is written anew
     out: dict[str, list[dict]] = {}
     counts: dict[str, Any] = {}
     cols = [c for c in RESULT_COLUMNS if c in df.columns]
     for rec in df[["scenario_key"] + cols].to_dict("records"):
-        clean = {k: (None if _isna(v) else v) for k, v in rec.items()}
+        clean = _coerce_row({k: (None if _isna(v) else v) for k, v in rec.items()})
         key = str(clean.pop("scenario_key"))
         out.setdefault(key, []).append(clean)
         counts.setdefault(key, clean.get("scenario_rows"))
@@ -898,7 +963,7 @@ def run_sweep(sweep: Sweep, output: str | Path, *, fmt: str | None = None, execu
     damaged: list = []
     journal: dict[str, dict] = {}
     if not overwrite:
-        results.update(read_output(output, fmt, damaged))
+        results.update(read_output(output, fmt, damaged, list(HEAD_COLUMNS) + list(sweep.axes) + list(RESULT_COLUMNS)))
         journal = read_journal(jpath, damaged)
         for k, entry in journal.items():
             n = entry.get("n_rows")

@@ -12,13 +12,16 @@ nothing satisfies; every call runs under a wall-clock bound (:func:`bounded`).
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import math
 import os
 import signal
+import stat
 import string
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -1131,3 +1134,179 @@ def test_largest_valid_model_is_answered_in_bounded_time(work):
         line = check_cli(r, codes=(3,))
         assert time.perf_counter() - t < 30, extra
         tally(line[:40])
+
+
+# ------------------------------------------------------------------ file-system faults (issue 15)
+#: Kinds of output path a careless user gives; each is made fresh in its own directory.
+OUTPUT_KINDS = ("new", "regular", "directory", "fifo", "dev-null", "input itself", "hard link to input",
+                "symlink to input", "dangling symlink", "missing directory", "file as directory", "symlink to regular",
+                "odd suffix")
+
+
+def _make_output(d: Path, kind: str, src: Path, suffix: str) -> Path:
+    p = d / f"out{suffix}"
+    if kind == "odd suffix":
+        return d / "out.xyz"
+    if kind == "regular":
+        p.write_text("keep me\n")
+    elif kind == "directory":
+        p.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(p)
+    elif kind == "dev-null":
+        return Path("/dev/null")
+    elif kind == "input itself":
+        return src
+    elif kind == "hard link to input":
+        os.link(src, p)
+    elif kind == "symlink to input":
+        os.symlink(src, p)
+    elif kind == "dangling symlink":
+        os.symlink(d / "nowhere.csv", p)
+    elif kind == "missing directory":
+        return d / "no" / "such" / f"out{suffix}"
+    elif kind == "file as directory":
+        (d / "f").write_text("x")
+        return d / "f" / f"out{suffix}"
+    elif kind == "symlink to regular":
+        (d / f"real{suffix}").write_text("keep me\n")
+        os.symlink(d / f"real{suffix}", p)
+    return p
+
+
+def _snapshot(d: Path) -> dict:
+    out = {}
+    for p in sorted(d.rglob("*")):
+        st_ = os.lstat(p)
+        kind = "fifo" if stat.S_ISFIFO(st_.st_mode) else "dir" if stat.S_ISDIR(st_.st_mode) else \
+            "link" if stat.S_ISLNK(st_.st_mode) else "file"
+        out[p.relative_to(d)] = (kind, p.read_bytes() if kind == "file" else os.readlink(p) if kind == "link" else "")
+    return out
+
+
+@budget(0.03)
+@given(kind=st.sampled_from(OUTPUT_KINDS), overwrite=st.booleans(),
+       command=st.sampled_from(["sweep", "sweep-plot", "calibrate", "search-plot"]))
+def test_output_paths(work, tiny_file, kind, overwrite, command):
+    """Every kind of output path, for every command that writes a file: a result, or exit 2 with
+    one line, and then nothing in the directory changed (a refusal comes before any work); no
+    input, device or FIFO is ever replaced; no temporary file is left behind."""
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(dir=work))
+    runs = DATA / "runs_small.csv" if (DATA / "runs_small.csv").exists() else ROOT / "planner" / "published_runs.csv"
+    if command.startswith("sweep"):
+        src = write(d, yaml.safe_dump({"base": {"model": str(tiny_file), "gpus": [8], "global_batch": [16],
+                                                "tokens": 1e9}, "sweep": {"seq_len": [256, 512]}}))
+    elif command == "calibrate":
+        src = d / "runs.csv"
+        src.write_bytes(runs.read_bytes())
+    else:
+        src = tiny_file
+    out = _make_output(d, kind, src, ".png" if command.endswith("plot") else ".csv")
+    before = _snapshot(d)
+    src_bytes = src.read_bytes()
+    if command == "sweep":
+        r = run(sweep_cli, [src, "-o", out, "--workers", "1", "-q"] + (["--overwrite"] if overwrite else []),
+                seconds=120)
+    elif command == "sweep-plot":
+        pytest.importorskip("matplotlib")
+        r = run(sweep_cli, [src, "-o", d / "table.csv", "--plot", out, "--workers", "1", "-q"], seconds=120)
+    elif command == "calibrate":
+        r = run(calibrate_cli, [src, "--gpu", "a100-80gb", "-o", out, "--iters", "1"], seconds=300)
+    else:
+        pytest.importorskip("matplotlib")
+        r = run(search_cli, ["--model", tiny_file, "--gpus", "8", "--global-batch", "16", "--plot", out])
+    line = check_cli(r, codes=(0, 2), progress=("plan-calibrate:", "wrote "))
+    tally(f"{command} {kind}: exit {r.exit_code}")
+    assert src.read_bytes() == src_bytes  # an input is never replaced
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    refused = {"directory", "fifo", "dev-null", "input itself", "hard link to input", "symlink to input",
+               "file as directory", "dangling symlink"}
+    if command == "calibrate":
+        refused.add("missing directory")  # the others create it, as they always did
+    if command.endswith("plot"):
+        refused.add("odd suffix")  # not a picture format: refused before the work
+    if kind in refused:
+        assert r.exit_code == 2, (kind, command, r.stdout[-500:])
+        assert _snapshot(d) == before, line  # refused before any work
+        assert "Errno" not in line and ".tmp" not in line
+    else:
+        assert r.exit_code == 0, (kind, command, r.stderr[-500:])
+        if kind == "symlink to regular":
+            assert out.is_symlink()  # the link kept, its target replaced
+    assert not [p for p in d.rglob("*") if ".tmp" in p.name]
+
+
+@pytest.fixture(scope="module")
+def clean_sweep(work, tiny_file):
+    """A finished three-scenario sweep: (sweep file, its table's bytes)."""
+    src = write(work, yaml.safe_dump({"base": {"model": str(tiny_file), "gpus": [8, 16], "global_batch": [16],
+                                               "tokens": 1e9}, "sweep": {"seq_len": [256, 512, 1024]}}))
+    out = work / "clean.csv"
+    check_cli(run(sweep_cli, [src, "-o", out, "--workers", "1", "-q"], seconds=120), codes=(0,))
+    return src, out.read_bytes()
+
+
+@budget(0.012)
+@given(data=st.data())
+def test_damaged_journals_and_tables_resume(work, clean_sweep, data):
+    """A finished sweep's table and journal damaged at random (cut, bytes flipped, lines
+    duplicated or dropped, garbage appended): the rerun ends with the table of a clean run,
+    exit 0, and no traceback. (tests/test_robustness.py has the fixed cases.)"""
+    import tempfile
+
+    from plan_search.planner.sweep import journal_path
+
+    d = Path(tempfile.mkdtemp(dir=work))
+    src, clean = clean_sweep
+    out = d / "t.csv"
+    out.write_bytes(clean)
+    lines = clean.split(b"\n")
+    # everything drawn up front, as fractions: the files' lengths vary with the timing column
+    target = data.draw(st.sampled_from(["table", "journal", "both"]))
+    damage = data.draw(st.sampled_from(["cut", "flip", "duplicate", "drop", "garbage"]))
+    where = data.draw(st.floats(0.0, 1.0))
+    xor = data.draw(st.integers(1, 255))
+    garbage = data.draw(st.binary(max_size=60))
+
+    def damaged(raw: bytes) -> bytes:
+        if damage == "cut":
+            return raw[: int(where * len(raw))]
+        if damage == "flip" and raw:
+            i = min(int(where * len(raw)), len(raw) - 1)
+            return raw[:i] + bytes([raw[i] ^ xor]) + raw[i + 1:]
+        rows = raw.split(b"\n")
+        i = min(int(where * len(rows)), len(rows) - 1)
+        if damage == "duplicate":
+            return b"\n".join(rows[: i + 1] + rows[i:])
+        if damage == "drop":
+            return b"\n".join(rows[:i] + rows[i + 1:])
+        return raw + garbage
+
+    if target in ("table", "both"):
+        out.write_bytes(damaged(clean))
+    if target in ("journal", "both"):
+        entries = []
+        df = pd.read_csv(io.BytesIO(clean))
+        for key, g in df.groupby("scenario_key", sort=False):
+            rows = json.loads(g.drop(columns=["scenario", "scenario_key", "seq_len"]).to_json(orient="records"))
+            entries.append(json.dumps({"key": key, "n_rows": len(rows), "rows": rows}))
+        journal_path(out).write_bytes(damaged("\n".join(entries).encode() + b"\n"))
+    r = run(sweep_cli, [src, "-o", out, "--workers", "1", "-q"], seconds=120)
+    lines_err = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith("resume:")]
+    for phrase in INTERNAL:
+        assert phrase not in r.stdout + r.stderr, (phrase, r.stderr[-1000:])
+    tally(f"{target} {damage}: exit {r.exit_code}")
+    if r.exit_code == 2:  # a table damaged past reading (its header): one line, and --overwrite helps
+        assert len(lines_err) == 1 and "--overwrite" in lines_err[0], r.stderr
+        r = run(sweep_cli, [src, "-o", out, "--workers", "1", "-q", "--overwrite"], seconds=120)
+    assert r.exit_code == 0, r.stderr
+    a, b = pd.read_csv(out), pd.read_csv(io.BytesIO(clean))
+    assert lines and not journal_path(out).exists()
+    if damage == "flip" and target != "journal":
+        # a changed digit can leave a valid row (another MFU): the table is whole and consistent
+        assert list(a.columns) == list(b.columns) and len(a) == len(b)
+        assert (a["num_gpus"] == a["tp"] * a["pp"] * a["dp"] * a["cp"]).all()
+    else:
+        pd.testing.assert_frame_equal(a.drop(columns=["search_s"]), b.drop(columns=["search_s"]))

@@ -399,8 +399,8 @@ def test_alias_cycle_and_bomb_everywhere(tmp_path):
 
 
 def test_search_time_limit_stops_before_another_gpu_type():
-    r = plan_search.search(model="gpt3-175b", gpu=["a100-80gb", "h100-sxm", "b200"], gpus=list(range(8, 16385, 8)),
-                           global_batch=[512, 1024, 1536, 2048], time_limit_s=0.05)
+    r = plan_search.search(model="megatron-gpt-1.7b", gpu=["a100-80gb", "h100-sxm", "b200"],
+                           gpus=list(range(8, 16385, 8)), global_batch=[512, 1024, 1536, 2048], time_limit_s=0.05)
     assert not r.stats.proven_optimal
     assert any("not searched (time limit)" in c for c in r.stats.cut)
     assert r.inputs.gpu_counts["b200"] == []
@@ -409,8 +409,9 @@ def test_search_time_limit_stops_before_another_gpu_type():
 def test_search_time_limit_stops_the_enumeration_of_many_gpu_counts():
     """8,192 explicit GPU counts: enumerated smallest first in doubling pieces, the time limit
     stops before the larger ones, and the result says up to which count it got."""
+    # ~12M candidates in all (tens of seconds to enumerate): far more than 0.2 s allows
     r = plan_search.search(model="megatron-gpt-1.7b", gpu="a100-80gb", gpus=list(range(8, 65537, 8)),
-                           global_batch=[512, 1024], time_limit_s=0.2)
+                           global_batch=list(range(512, 4097, 64)), time_limit_s=0.2)
     cut = [c for c in r.stats.cut if "not enumerated" in c]
     assert len(cut) == 1 and not r.stats.proven_optimal
     reached = int(cut[0].split("above ")[1].split(" ")[0].replace(",", ""))
