@@ -16,6 +16,7 @@ from plan_search.models.io import validation_message
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 EXIT_INFEASIBLE = 3
+EXIT_BROKEN_PIPE = 141  # the reader of stdout closed it (128 + SIGPIPE), as a shell reports it
 
 
 class Infeasible(Exception):
@@ -103,6 +104,16 @@ def guarded(func):
             return func(*args, **kwargs)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
+        except BrokenPipeError:
+            # the reader went away (``| head``): not bad input; stop quietly, as a tool killed by
+            # SIGPIPE would (128 + 13), with stdout pointed at /dev/null so the exit flush is quiet
+            import os
+
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except (OSError, AttributeError, ValueError):
+                pass
+            sys.exit(EXIT_BROKEN_PIPE)
         except Infeasible as exc:
             click.echo(f"infeasible: {one_line(exc)}", err=True)
             sys.exit(EXIT_INFEASIBLE)

@@ -562,3 +562,16 @@ def test_closed_stdin_is_one_line():
 def test_the_api_raises_input_error_on_what_the_cli_validates(call):
     with pytest.raises(InputError):
         call()
+
+
+@pytest.mark.parametrize("args", [["plan-search", "--model", "megatron-gpt-1.7b", "--gpus", "8"],
+                                  ["plan-catalog", "models"]])
+def test_a_closed_stdout_pipe_is_a_quiet_exit(args):
+    """``| head`` closed the pipe: exit 141 (128 + SIGPIPE) without an 'error: [Errno 32]' line."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run([str(BIN / args[0])] + args[1:], stdout=w, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(w)
+    assert p.returncode == 141 and "Errno" not in p.stderr and "Traceback" not in p.stderr, p.stderr
