@@ -76,14 +76,15 @@ def _fit(recs, cluster, iters, terms=None, prior=None):
     return _CACHE[key]
 
 
-def fit_all(records, iters: int = 300) -> tuple[dict, dict]:
+def fit_all(records, iters: int = 300, systems=()) -> tuple[dict, dict]:
     """``{(system, profile): EfficiencySpec}`` fitted on ``records`` by the recipe of the module
-    docstring, and ``{(system, profile): (terms, rows, prior)}`` saying what each fit saw."""
+    docstring, and ``{(system, profile): (terms, rows, prior)}`` saying what each fit saw.
+    ``systems``: further systems to give a profile (their rows held out: the recipe's prior)."""
     by = defaultdict(list)
     for r in records:
         by[(r.gpu, r.profile)].append(r)
     fits, saw = {}, {}
-    systems = sorted({r.gpu for r in records} | {REFERENCE})
+    systems = sorted({r.gpu for r in records} | {REFERENCE} | set(systems))
     # 1. megatron on the well-covered systems (generic priors)
     for g in systems:
         recs = by.get((g, "megatron"), [])
@@ -135,7 +136,11 @@ def cluster_of(rec, fits: dict | None):
     base = get_cluster(rec.gpu)
     if fits is None:
         return for_framework(base, None if rec.profile == "megatron" else rec.profile)
-    spec = fits.get((rec.gpu, rec.profile)) or fits.get((rec.gpu, "megatron")) or base.efficiency
+    spec = fits.get((rec.gpu, rec.profile))
+    if spec is None:  # the profile's rows were held out: the recipe's prior, the system's megatron fit
+        spec = fits[(rec.gpu, "megatron")]
+        if rec.profile == "deepspeed":
+            spec = spec.model_copy(update={"zero3_flat": True})
     return base.model_copy(update={"efficiency": spec})
 
 
@@ -285,7 +290,7 @@ def main() -> int:
         for u in sorted({loso_unit(r) for r in records}):
             test = [r for r in records if loso_unit(r) == u]
             train = [r for r in records if loso_unit(r) != u]
-            f, _ = fit_all(train, iters=args.iters)
+            f, _ = fit_all(train, iters=args.iters, systems={r.gpu for r in records})
             lp = [predict(r, cluster_of(r, f)) for r in test]
             s = error_summary(lp)
             worst = max(worst, s["median"])
