@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import reprlib
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -34,6 +35,8 @@ class InputError(ValueError):
 def expand_path(path: str | Path) -> Path:
     """``Path(path)`` with a leading ``~`` or ``~user`` expanded when it can be (an unknown
     user or no home directory leaves the path as written, for the caller's "not found")."""
+    if not isinstance(path, (str, os.PathLike)) or isinstance(path, bytes):
+        raise InputError(f"path: {short_repr(path)} is not a file path")
     p = Path(path)
     try:
         return p.expanduser()

@@ -951,6 +951,9 @@ def run_sweep(sweep: Sweep, output: str | Path, *, fmt: str | None = None, execu
     atomically when the sweep ends, never deleted up front)."""
     t0 = time.perf_counter()
     shown = output
+    if not isinstance(sweep, Sweep):
+        raise InputError(f"sweep: {short_repr(sweep)} is not a Sweep (load_sweep(path) or build_sweep(doc) makes one)")
+    expand_path(output)  # a path, or one InputError naming it
     if executor not in ("local", "ray"):
         raise InputError(f"--executor: {short_repr(executor)}; use local or ray")
     if isinstance(workers, bool) or (workers is not None and (not isinstance(workers, int) or workers < 1)):

@@ -557,11 +557,25 @@ def test_closed_stdin_is_one_line():
     lambda: plan_search.estimate("gpt3-175b", "a100-80gb", num_gpus=8, memory_headroom="a lot"),
     lambda: plan_search.allocate(None, None),
     lambda: plan_search.allocate({"free": {"a100-80gb": 8}}, [], time_limit_s="soon"),
+    lambda: run_sweep(None, "out.csv"),
+    lambda: run_sweep(load_sweep(ROOT / "tests" / "data" / "nope.yaml"), "out.csv"),
+    lambda: load_sweep(None),
+    lambda: __import__("plan_search.planner.calibration", fromlist=["load_runs"]).load_runs(5),
 ], ids=["none", "model int", "cluster int", "plan str", "ckpt 0", "ckpt nan", "headroom str", "allocate none",
-        "allocate time str"])
+        "allocate time str", "sweep none", "sweep file missing", "sweep path none", "runs path int"])
 def test_the_api_raises_input_error_on_what_the_cli_validates(call):
     with pytest.raises(InputError):
         call()
+
+
+def test_run_sweep_api_validates_its_arguments(tmp_path, fronts):
+    sweep = load_sweep(fronts[0])
+    for kw in ({"workers": 0}, {"workers": True}, {"workers": "2"}, {"fmt": "xls"}, {"executor": "slurm"}):
+        with pytest.raises(InputError):
+            run_sweep(sweep, tmp_path / "o.csv", progress=False, **kw)
+    with pytest.raises(InputError, match="not a file path"):
+        run_sweep(sweep, 5)
+    assert not list(tmp_path.iterdir())  # nothing written before the refusal
 
 
 @pytest.mark.parametrize("args", [["plan-search", "--model", "megatron-gpt-1.7b", "--gpus", "8"],
