@@ -16,6 +16,7 @@ from plan_search.models.io import validation_message
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 EXIT_INFEASIBLE = 3
+EXIT_INTERRUPTED = 130  # Ctrl-C, SIGTERM or SIGHUP (128 + SIGINT, as a shell reports Ctrl-C)
 EXIT_BROKEN_PIPE = 141  # the reader of stdout closed it (128 + SIGPIPE), as a shell reports it
 
 
@@ -65,6 +66,25 @@ def click_error_line(exc: click.ClickException) -> str:
     return clip_middle(" ".join(exc.format_message().split()))
 
 
+def _term_as_interrupt() -> None:
+    """SIGTERM (what ``timeout``, ``kill`` and schedulers send) and SIGHUP end a command as Ctrl-C
+    does: a KeyboardInterrupt, so ``finally`` blocks run (temporary files removed, a sweep's pool
+    ended and its table written) instead of the process dying mid-write."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None and signal.getsignal(sig) in (signal.SIG_DFL, None):
+            signal.signal(sig, handler)
+
+
 class _OneLine:
     """Click's usage errors as ``error: <message>`` on one line (exit 2), like every other bad
     input, instead of click's usage banner, help hint and message over four lines."""
@@ -72,14 +92,15 @@ class _OneLine:
     def main(self, *args, standalone_mode: bool = True, **kwargs):
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
+        _term_as_interrupt()
         try:
             rv = super().main(*args, standalone_mode=False, **kwargs)
         except click.ClickException as exc:
             click.echo(f"error: {click_error_line(exc)}", err=True)
             sys.exit(exc.exit_code)
-        except click.exceptions.Abort:
-            click.echo("error: aborted", err=True)
-            sys.exit(1)
+        except (click.exceptions.Abort, KeyboardInterrupt):  # Ctrl-C, SIGTERM, SIGHUP
+            click.echo("interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
         except (ValueError, OSError) as exc:  # raised while converting an option (the body is guarded):
             # click.Path stats a name with a NUL byte and gets ValueError("embedded null byte")
             click.echo(f"error: command line: {one_line(exc)}", err=True)

@@ -589,3 +589,15 @@ def test_a_closed_stdout_pipe_is_a_quiet_exit(args):
     finally:
         os.close(w)
     assert p.returncode == 141 and "Errno" not in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_sigterm_ends_a_search_as_ctrl_c_does():
+    """SIGTERM (timeout, kill, a scheduler) is handled like Ctrl-C: exit 130, one line, no traceback."""
+    proc = subprocess.Popen([str(BIN / "plan-search"), "--model", "gpt3-175b", "--gpu", "a100-80gb,h100-sxm,b200",
+                             "--time-limit", "120"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(2.0)  # inside the search (start-up is ~1 s)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    if proc.returncode == 0:
+        pytest.skip("the search ended before the signal")
+    assert proc.returncode == 130 and err.split() == ["interrupted"], err
