@@ -543,6 +543,8 @@ def enumerate_space(
     n = int((z_ok.sum(1) * rc_ok.sum(1)[pi3] * s_ok.sum(1)).sum())
     if n > max_candidates:
         raise _too_many(max_candidates, n)
+    if len(combos) * n > max_candidates:  # before the cross is built (issue 15: refused at once)
+        raise _too_many(max_candidates, len(combos) * n)
     r, combo = _pairs_chunked(len(lay3), len(zi),
                               lambda rows: z_ok[rows][:, zi] & rc_ok[pi3[rows]][:, ri] & s_ok[rows][:, si],
                               max_candidates)
@@ -560,8 +562,6 @@ def enumerate_space(
         first=c64(F[pi]), mid=c64(M[pi]), last=c64(La[pi]), ep=c64(ep1[lay]), etp=c64(etp1[lay]),
     )
     kind8, uneven = kind.astype(np.int8), U[pi].astype(bool)
-    if len(combos) * n > max_candidates:
-        raise _too_many(max_candidates, len(combos) * n)
     blocks = []
     for ci, c in enumerate(combos):
         extra = combo_columns(c, l)
