@@ -49,6 +49,14 @@ def one_line(exc: BaseException) -> str:
     """The user-facing one-line form of an error (at most MAX_ERROR_CHARS)."""
     if isinstance(exc, ValidationError):
         return clip_middle(validation_message(exc))
+    if isinstance(exc, UnicodeError):  # never "'utf-8' codec can't decode byte 0xff in position 3"
+        return "a file or value is not UTF-8 text"
+    if isinstance(exc, OSError) and exc.strerror:  # never a bare "[Errno 13] ..."
+        from plan_search.models.io import short_repr
+        from plan_search.models.output import reason
+
+        where = f"{short_repr(str(exc.filename), 120)}: " if exc.filename is not None else ""
+        return clip_middle(f"{where}{reason(exc)}")
     text = str(exc).strip() or type(exc).__name__
     return clip_middle(" ".join(text.split()))
 

@@ -601,3 +601,11 @@ def test_sigterm_ends_a_search_as_ctrl_c_does():
     if proc.returncode == 0:
         pytest.skip("the search ended before the signal")
     assert proc.returncode == 130 and err.split() == ["interrupted"], err
+
+
+def test_os_and_codec_errors_are_words():
+    from plan_search.cli.common import one_line
+
+    assert one_line(PermissionError(13, "Permission denied", "/data/x.csv")) == "'/data/x.csv': permission denied"
+    assert "Errno" not in one_line(OSError(28, "No space left on device"))
+    assert "codec" not in one_line(UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"))
