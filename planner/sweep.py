@@ -859,6 +859,11 @@ def _ray(todo: list[Scenario], workers: int, address: str | None) -> Iterator[di
             ray.shutdown()
 
 
+def max_local_workers() -> int:
+    """Most local worker processes a sweep starts: 4 per usable core (at least 8)."""
+    return max(8, 4 * default_workers())
+
+
 def default_workers() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -958,6 +963,9 @@ def run_sweep(sweep: Sweep, output: str | Path, *, fmt: str | None = None, execu
         raise InputError(f"--executor: {short_repr(executor)}; use local or ray")
     if isinstance(workers, bool) or (workers is not None and (not isinstance(workers, int) or workers < 1)):
         raise InputError(f"--workers: {short_repr(workers)} must be a whole number, at least 1")
+    if executor == "local" and workers is not None and workers > max_local_workers():
+        raise InputError(f"--workers: {workers} is more than {max_local_workers()} (4 per usable core): each local "
+                         "worker is a process of its own (about 280 MB for a GPT-3 scenario), and more than the cores do not run faster")
     output, fmt = check_sweep_output(sweep, output, fmt)
     if executor == "ray" and overwrite:
         _ray_available()  # before the old journal is dropped

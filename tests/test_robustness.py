@@ -611,3 +611,11 @@ def test_os_and_codec_errors_are_words():
     assert one_line(PermissionError(13, "Permission denied", "/data/x.csv")) == "'/data/x.csv': permission denied"
     assert "Errno" not in one_line(OSError(28, "No space left on device"))
     assert "codec" not in one_line(UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"))
+
+
+def test_sweep_workers_bounded_before_any_process_starts(tmp_path, fronts):
+    from plan_search.planner.sweep import max_local_workers
+
+    r = CliRunner().invoke(sweep_cli, [str(fronts[0]), "-o", str(tmp_path / "o.csv"), "--workers",
+                                       str(max_local_workers() + 1), "-q"])
+    assert r.exit_code == 2 and "--workers" in _one_error_line(r.stderr) and not list(tmp_path.iterdir())
