@@ -76,8 +76,8 @@ RESULT_COLUMNS = (
     "scaling_efficiency", "bottleneck", "binding", "proven_optimal", "search_s", "message", "scenario_rows",
 )
 HEAD_COLUMNS = ("scenario", "scenario_key")
-_INT = ("scenario", "scenario_rows", "point", "num_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch", "plan_global_batch",
-        "grad_accum", "zero", "recompute_layers")
+_INT = ("scenario", "scenario_rows", "point", "num_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch",
+        "plan_global_batch", "grad_accum", "zero", "recompute_layers")
 _BOOL = ("on_front", "recommended", "sequence_parallel", "proven_optimal")
 _TEXT = ("scenario_key", "status", "reason", "system", "recompute", "bottleneck", "binding", "message")
 #: pandas dtypes of the fixed columns (nullable: an infeasible scenario's row has no plan)
@@ -964,8 +964,9 @@ def run_sweep(sweep: Sweep, output: str | Path, *, fmt: str | None = None, execu
     if isinstance(workers, bool) or (workers is not None and (not isinstance(workers, int) or workers < 1)):
         raise InputError(f"--workers: {short_repr(workers)} must be a whole number, at least 1")
     if executor == "local" and workers is not None and workers > max_local_workers():
-        raise InputError(f"--workers: {workers} is more than {max_local_workers()} (4 per usable core): each local "
-                         "worker is a process of its own (about 280 MB for a GPT-3 scenario), and more than the cores do not run faster")
+        raise InputError(f"--workers: {workers} is more than {max_local_workers()} (4 per usable core): each "
+                         "local worker is a process of its own (about 280 MB for a GPT-3 scenario), and more "
+                         "than the cores do not run faster")
     output, fmt = check_sweep_output(sweep, output, fmt)
     if executor == "ray" and overwrite:
         _ray_available()  # before the old journal is dropped
