@@ -1,5 +1,8 @@
 """Fuzz every input path: model YAML/JSON and HuggingFace configs, hardware YAML and ``--set``
-overrides, the options of every command, JSON search requests and runs CSVs.
+overrides, the options of every command, JSON search requests and runs CSVs; and file-system
+faults (issue 15): every kind of output path for every command that writes a file, and tables and
+journals damaged at random before a sweep resumes them (signals, full disks and the fixed cases:
+``tests/test_robustness.py``).
 
 The rule each test checks (issue #7): an input ends with a result, or with exit code 2 and ONE
 line on stderr, ``error: ...`` naming what is wrong -- never a traceback, never an internal
