@@ -217,3 +217,20 @@ def test_node_limited_routing_cuts_nic_traffic_of_the_flex_dispatcher():
     assert 0.6 < limited / uniform < 0.75  # 3.15 / 4.59 remote nodes per token, NIC-bound
     assert _est(m, moe_dispatcher="alltoall", **kw).time.ep_comm_s == pytest.approx(
         _est(free, moe_dispatcher="alltoall", **kw).time.ep_comm_s, rel=1e-12)
+
+
+def test_selective_recompute_of_a_moe_mla_model_is_megatrons_module_set():
+    """For MoE/MLA models 'selective' is Megatron-Core's core_attn + layernorm + moe_act + mla_up_proj:
+    less stored than without recomputation, more than full recomputation, a little recompute time; the
+    emitted --recompute-modules / recompute_modules say so. A dense model keeps core_attn alone."""
+    kw = dict(num_gpus=1024, tp=2, pp=8, ep=64, global_batch=8192, first_stage_layers=7, last_stage_layers=6)
+    none, sel, full = (_est("deepseek-v3", recompute=r, **kw) for r in ("none", "selective", "full"))
+    assert full.memory.activations_gib < sel.memory.activations_gib < 0.8 * none.memory.activations_gib
+    assert 0 < sel.time.recompute_s < 0.5 * full.time.recompute_s
+    m, c = get_model("deepseek-v3"), get_cluster(H100)
+    args = E.to_megatron_args(sel.plan, m, c)
+    i = args.index("--recompute-modules")
+    assert args[i + 1:i + 5] == ["core_attn", "layernorm", "moe_act", "mla_up_proj"]
+    assert E.to_nemo_overrides(sel.plan, m, c)["model.config.recompute_modules"][-1] == "mla_up_proj"
+    dense = E.to_megatron_args(ps.Plan(num_gpus=8, tp=8, global_batch=8, seq_len=4096), get_model("llama3.1-8b"), c)
+    assert dense[dense.index("--recompute-modules") + 1:][:2] == ["core_attn", "--attention-backend"]

@@ -33,6 +33,15 @@ scatter them back with the routing weights; read + write ``h`` bf16 each way) ar
 priced at ``hbm_eff * moe_membound_eff``; the backward moves 2x the forward bytes, as for the
 other element-wise work.
 
+Selective recomputation of a MoE or MLA model is Megatron-Core's recommended module set
+(``--recompute-modules core_attn moe_act layernorm mla_up_proj``; the Megatron-MoE ModelZoo's
+"selective: norm, act", Megatron-Bridge's DeepSeek recipes): besides the attention core, the
+expert activation function (its output, the fc2 input ``M x f_e/etp``, is recomputed from the
+stored fc1 output), the two norms (their outputs, ``2h`` per token) and, with MLA, the Q/K/V
+up-projections (the decompressed ``q, k, v`` are recomputed from the stored latents) are
+discarded after the forward and redone in the backward: :func:`selective_saved_bytes_per_token`
+and :func:`selective_recompute_fwd_s`. Dense models keep the attention-core-only meaning.
+
 Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): the attention GEMMs are the five MLA
 projections (Q down ``h x q_lora`` and KV down ``h x (kv_lora + rope)``, replicated over tensor
 parallelism as in Megatron-Core's ``MLASelfAttention``; Q up, KV up and output split over ``tp``),
@@ -254,12 +263,59 @@ def moe_activation_delta_per_layer(model: ModelSpec, x: PlanArrays):
     rows = routed_rows(m, x)
     fe = m.expert_ffn_hidden_size / x.etp
     Tl = moe_tokens(x)
-    routed = rows * (m.hidden_size * gemm_in + (4.0 if m.gated else 2.0) * fe + fe * gemm_in)
+    keep_act_out = np.where(moe_selective(m, x), 0.0, 1.0)  # moe_act recomputed under selective
+    routed = rows * (m.hidden_size * gemm_in + (4.0 if m.gated else 2.0) * fe + fe * gemm_in * keep_act_out)
     router = Tl * m.num_experts * 4.0 * 2  # fp32 scores and probabilities
     unperm = 2.0 * Tl * m.experts_per_token * imbalance(x) * m.hidden_size
     sw = m.num_shared_experts * (m.shared_expert_ffn_hidden_size or 0)
     shared = T * ((4.0 if m.gated else 2.0) * sw + sw * gemm_in) / t
     return routed + router + unperm + shared - dense
+
+
+def moe_selective(model: ModelSpec, x: PlanArrays):
+    """Rows whose selective recomputation is the MoE/MLA module set (see the module docstring)."""
+    on = model.is_moe or getattr(model, "kv_lora_rank", None) is not None
+    return (x.recompute == 1) & on
+
+
+def selective_saved_bytes_per_token(model: ModelSpec, x: PlanArrays) -> tuple:
+    """(replicated, tensor-parallel region) bytes per token per layer that the MoE/MLA selective set
+    does not store (before ``/tp``; zero where it does not apply): the two norm outputs
+    (``layernorm``) and, with MLA, the decompressed Q, K and V (``mla_up_proj``: ``2 a hd`` for Q,
+    ``2 a hd`` for K, ``2 a v_hd`` for V). The expert activation (``moe_act``) is per MoE layer:
+    :func:`moe_activation_delta_per_layer`."""
+    m = model
+    sel = moe_selective(m, x)
+    gemm_in = np.where(x.fp8 > 0, 1.0, 2.0)
+    norms = 2.0 * m.hidden_size * gemm_in
+    qkv = 0.0
+    if getattr(m, "kv_lora_rank", None) is not None:
+        vd = m.v_head_dim or m.head_dim
+        qkv = 2.0 * m.num_heads * (2 * m.head_dim + vd)
+    return np.where(sel, norms, 0.0), np.where(sel, qkv, 0.0)
+
+
+def selective_recompute_fwd_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> tuple:
+    """(per layer, per MoE layer) seconds the MoE/MLA selective set redoes in the backward, one
+    micro-batch: the two norms (read h, write h, bf16, ``/tp`` with sequence parallelism) and the
+    MLA up-projections (Q up, KV up GEMMs); per MoE layer the expert activation function."""
+    m = model
+    sel = moe_selective(m, x)
+    T = compute.tokens_per_gpu(x)
+    t = x.tp.astype(float)
+    norm_bytes = 2.0 * 4.0 * m.hidden_size * T * np.where(x.sp, 1.0 / t, 1.0)
+    per_layer = compute.hbm_s(norm_bytes, cluster)
+    if getattr(m, "kv_lora_rank", None) is not None:
+        a, hd, vd = m.num_heads, m.head_dim, m.v_head_dim or m.head_dim
+        up = compute._gemm_s(T, m.kv_lora_rank, a * (m.qk_nope_head_dim + vd) / t, cluster, x.fp8)
+        if m.q_lora_rank:
+            up = up + compute._gemm_s(T, m.q_lora_rank, a * hd / t, cluster, x.fp8)
+        per_layer = per_layer + up
+    per_moe = 0.0
+    if m.is_moe:
+        fe = m.expert_ffn_hidden_size / x.etp
+        per_moe = compute.hbm_s(_act_bytes(m, routed_rows(m, x), fe), cluster)
+    return np.where(sel, per_layer, 0.0), np.where(sel, per_moe, 0.0)
 
 
 def mla_activation_delta_per_token(model: ModelSpec, x: PlanArrays):
@@ -269,9 +325,11 @@ def mla_activation_delta_per_token(model: ModelSpec, x: PlanArrays):
     inputs of the up-projections and of their norms, 2 x 2 B each). Zero without MLA."""
     m = model
     if getattr(m, "kv_lora_rank", None) is None:
-        return np.zeros(len(x)), np.zeros(len(x))
+        saved_rep, saved_tp = selective_saved_bytes_per_token(model, x)  # norms of a MoE model
+        return -saved_tp, -saved_rep
     gemm_in = np.where(x.fp8 > 0, 1.0, 2.0)
     a, hd, vd = m.num_heads, m.head_dim, m.v_head_dim or m.head_dim
     tp_region = 2.0 * a * (vd - hd) + a * (vd - hd) * gemm_in + np.zeros(len(x))
     latent = 4.0 * ((m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim) + np.zeros(len(x))
-    return tp_region, latent
+    saved_rep, saved_tp = selective_saved_bytes_per_token(model, x)
+    return tp_region - saved_tp, latent - saved_rep

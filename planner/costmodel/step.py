@@ -98,6 +98,7 @@ def _moe_stage_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, lt) 
         mtp_mem = d * (lt["membound_fwd_s"] + lt["membound_bwd_s"] + lg["membound_s"]
                        + (mt["membound_fwd_s"] + mt["membound_bwd_s"] if model.is_moe else 0.0))
         mtp_ep = d * ec["exposed"] if model.is_moe else zero
+    sel_layer, sel_moe = experts.selective_recompute_fwd_s(model, cluster, x)  # MoE/MLA selective set
     out = {}
     for st in memory.STAGES:
         layers, nm = per_stage_layers[st].astype(float), n_moe[st]
@@ -106,7 +107,8 @@ def _moe_stage_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, lt) 
         out[st] = {
             "compute_s": nm * (mt["compute_fwd_s"] + mt["compute_bwd_s"]) + layers * 3.0 * mla_f,
             "memory_bound_s": nm * (mt["membound_fwd_s"] + mt["membound_bwd_s"]),
-            "recompute_s": rc_moe * (mt["compute_fwd_s"] + mt["membound_fwd_s"]) + n_rc * mla_f,
+            "recompute_s": rc_moe * (mt["compute_fwd_s"] + mt["membound_fwd_s"]) + n_rc * mla_f
+            + layers * sel_layer + nm * sel_moe,
             "ep_comm_s": nm * ec["exposed"] + rc_moe * ec["exposed_fwd"],
         }
         if d:

@@ -190,6 +190,16 @@ def moe_layer_pattern(m: ModelSpec) -> str:
     return f"({body})"
 
 
+def selective_modules(p: Plan, m: ModelSpec) -> list[str] | None:
+    """Megatron-Core ``--recompute-modules`` of the planner's selective recomputation of a MoE or MLA
+    model (``planner.costmodel.experts``: attention core, expert activation, norms, MLA
+    up-projections; arguments.py@000c4ac2 lists these choices); None for dense models (core_attn)."""
+    mla = getattr(m, "kv_lora_rank", None) is not None
+    if p.recompute != "selective" or not (m.is_moe or mla):
+        return None
+    return ["core_attn", "layernorm"] + (["moe_act"] if m.is_moe else []) + (["mla_up_proj"] if mla else [])
+
+
 def megatron_moe_args(p: Plan, m: ModelSpec) -> list[str]:
     """MoE and MLA flags (Megatron-LM ``_add_moe_args`` / ``_add_mla_args`` at the kept commit): the
     expert layout (always explicit: Megatron's ``--expert-tensor-parallel-size`` defaults to tp, the
@@ -237,6 +247,10 @@ def to_megatron_args(plan: Plan, model: ModelSpec, cluster=None) -> list[str]:
     p = fw.require("megatron", plan, model, cluster)
     args = megatron_parallel_args(p, model.num_layers) + megatron_model_args(model, p.seq_len)
     args += megatron_moe_args(p, model)
+    mods = selective_modules(p, model)
+    if mods:
+        i = args.index("--recompute-modules")
+        args[i + 1:i + 2] = mods
     _unknown("megatron", [a for a in args if a.startswith("--")])
     megatron_parser().parse_args(args)  # the flags take the values they are given (kinds and choices)
     return args
@@ -780,6 +794,9 @@ def nemo_moe_overrides(p: Plan, m: ModelSpec) -> dict:
                   "model.config.v_head_dim": m.v_head_dim or m.head_dim})
     if getattr(m, "mtp_num_layers", 0):
         o["model.config.mtp_num_layers"] = m.mtp_num_layers
+    mods = selective_modules(p, m)
+    if mods:
+        o["model.config.recompute_modules"] = mods
     if not m.is_moe:
         return o
     o.update({
