@@ -518,7 +518,8 @@ def test_time_limit_is_respected_and_flagged(limit):
         assert exc.reason == "time_limit" and "time limit" in str(exc)
         return
     assert not res.stats.proven_optimal
-    assert res.stats.evaluated < res.stats.candidates or res.stats.solves <= 2
+    assert res.stats.evaluated < res.stats.candidates or res.stats.solves <= 2 or \
+        any("not enumerated" in c for c in res.stats.cut)  # issue 15: the enumeration stops too
     # what is past the limit: the first evaluation chunk, the re-evaluation of the front and
     # the report -- bounded, not proportional to the space
     assert res.stats.total_s < limit + 5.0, res.stats
