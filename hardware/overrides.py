@@ -67,6 +67,9 @@ def _parse_value(key: str, raw: str) -> Any:
         raise InputError(f"--set {key}: cannot parse value {raw!r} ({first})") from None
     if value is None:
         raise InputError(f"--set {key}: value {raw!r} is empty (null)")
+    from plan_search.models.io import check_expansion
+
+    check_expansion(value, f"--set {key}")  # YAML aliases bounded before anything walks the value
     return value
 
 

@@ -392,6 +392,13 @@ def test_alias_cycle_and_bomb_everywhere(tmp_path):
         parse_document("a: &x\n  b: *x\n")
     with pytest.raises(InputError, match="aliases expand"):
         parse_document("root:\n" + _bomb())
+    from plan_search.hardware.overrides import parse_set
+
+    with pytest.raises(InputError, match="aliases expand"):
+        parse_set("name=[" + ", ".join(["&a0 [x, x, x, x, x, x, x, x, x, x]"] + [
+            f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 8)]) + "]")
+    with pytest.raises(InputError, match="cycle"):
+        parse_set("name=&a [*a]")
     # aliases that expand a little are fine
     doc = parse_document("a: &x [1, 2]\nb: *x\nc: *x\n")
     assert doc["c"] == [1, 2]
