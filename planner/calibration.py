@@ -439,6 +439,13 @@ def load_runs(path: str | Path | None = None, gpu: str | None = None) -> list[Ru
         measured, how = _measured_step(row, model, group, gb, cands[0].seq_len, n, rc)
         if not measured:
             continue
+        # a measurement faster than the GPU's peak is not a run (an MFU above 1): model FLOPs
+        # (full attention, no recomputation) at the GPU's highest peak are a lower bound on time
+        floor_s = counting.training_flops_per_iteration(model, gb, cands[0].seq_len, "none", causal=True) / (
+            n * max(get_cluster(g).gpu.peak_tflops.values()) * 1e12)
+        if measured < floor_s:
+            raise InputError(f"runs: row {i + 1}: the measured {how} means a step of {measured:.4g} s, faster than "
+                             f"{floor_s:.4g} s, the model's FLOPs at the peak of {n} {g} (an MFU above 1)")
         label = f"{row['model'].strip()} @{n}"
         rec = RunRecord(i, row["source"], group, label, model, g, cands, free, measured, how, row.get("notes", ""))
         rec.arrays = PlanArrays.from_plans(cands, model.num_layers)

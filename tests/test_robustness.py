@@ -626,3 +626,22 @@ def test_sweep_workers_bounded_before_any_process_starts(tmp_path, fronts):
     r = CliRunner().invoke(sweep_cli, [str(fronts[0]), "-o", str(tmp_path / "o.csv"), "--workers",
                                        str(max_local_workers() + 1), "-q"])
     assert r.exit_code == 2 and "--workers" in _one_error_line(r.stderr) and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("column", ["measured_step_time_s", "measured_tokens_per_s_per_gpu"])
+def test_calibrate_refuses_a_step_faster_than_the_peak(tmp_path, column):
+    from plan_search.planner.calibration import load_runs
+
+    assert len(load_runs()) > 10  # the published runs all pass
+    rows = list(csv.DictReader(RUNS.open()))
+    i = next(k for k, r in enumerate(rows) if r["measured_step_time_s"] or r["measured_tokens_per_s_per_gpu"])
+    for c in ("measured_step_time_s", "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu", "measured_mfu"):
+        rows[i][c] = ""
+    rows[i][column] = "1e-6" if column == "measured_step_time_s" else "1e12"
+    runs = tmp_path / "runs.csv"
+    with runs.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    with pytest.raises(InputError, match=rf"row {i + 1}: .*MFU above 1"):
+        load_runs(runs)
