@@ -645,3 +645,23 @@ def test_calibrate_refuses_a_step_faster_than_the_peak(tmp_path, column):
         w.writerows(rows)
     with pytest.raises(InputError, match=rf"row {i + 1}: .*MFU above 1"):
         load_runs(runs)
+
+
+def test_no_number_field_of_the_documents_takes_a_boolean():
+    """Every field of the request, knobs, plan and allocation documents whose type has no bool in
+    it refuses true/false (pydantic's lax mode would read them as 1/0)."""
+    from plan_search.models.io import _admits_bool
+    from plan_search.planner.allocate import Capacity, Job
+    from plan_search.planner.search.request import Knobs
+
+    checked = 0
+    for cls, base in ((SearchRequest, {"model": "gpt3-175b"}), (Knobs, {}),
+                      (Plan, {"num_gpus": 8, "tp": 1, "pp": 1, "global_batch": 8, "micro_batch": 1, "seq_len": 2048}),
+                      (Job, {"name": "a", "model": "gpt3-175b", "tokens": "1B"}), (Capacity, {})):
+        for name, f in cls.model_fields.items():
+            if _admits_bool(True, f.annotation) or _admits_bool([True], f.annotation):
+                continue  # a boolean knob (a scalar is taken as a one-value list)
+            with pytest.raises(ValueError):
+                cls.model_validate({**base, name: True})
+            checked += 1
+    assert checked > 40
