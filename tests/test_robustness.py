@@ -664,4 +664,4 @@ def test_no_number_field_of_the_documents_takes_a_boolean():
             with pytest.raises(ValueError):
                 cls.model_validate({**base, name: True})
             checked += 1
-    assert checked > 40
+    assert checked > 20
