@@ -83,6 +83,8 @@ MAX_JOBS = 1000
 MAX_TYPES = 32
 #: Share of :func:`allocate`'s time limit the searches may take; the CP-SAT solve gets the rest.
 SEARCH_SHARE = 0.7
+#: Share of the time limit left after the solve for the result (and the command's start-up).
+REPORT_SHARE = 0.05
 #: A search or a solve is not started with less time than this (seconds).
 MIN_SEARCH_S = 0.05
 MIN_SOLVE_S = 0.05
@@ -461,6 +463,11 @@ def job_options(job: Job, types: dict[str, tuple[str, TypeCap]], cache: dict | N
             msg = validation_message(exc) if isinstance(exc, ValidationError) else str(exc)
             raise InputError(f"job {job.name}: search: {msg}") from None
         key = req.model_copy(update={"time_limit_s": 0.0}).model_dump_json()  # the same search, any budget
+        # the same search at another token count: its front, rescaled (exact: see _rescaled)
+        skey = req.model_copy(update={"time_limit_s": 0.0, "tokens": 1.0}).model_dump_json() \
+            if _token_scalable(req) else None
+        if key not in cache and skey in cache:
+            cache[key] = _rescaled(cache[skey], req.tokens)
         if key not in cache and left <= MIN_SEARCH_S:
             cut.append(name)
             why.append(f"{name}: not searched (the time limit ran out)")
@@ -473,6 +480,10 @@ def job_options(job: Job, types: dict[str, tuple[str, TypeCap]], cache: dict | N
                 cache[key] = exc
             except InputError as exc:
                 raise InputError(f"job {job.name} on {name}: {_short(exc, 400)}") from None
+            if skey is not None and not (isinstance(cache[key], NoFeasiblePlan)
+                                         and cache[key].reason in ("time_limit", "max_candidates", "deadline",
+                                                                   "budget")):
+                cache.setdefault(skey, cache[key])
         res = cache[key]
         if isinstance(res, NoFeasiblePlan):
             if res.reason in ("time_limit", "max_candidates"):
@@ -491,6 +502,34 @@ def job_options(job: Job, types: dict[str, tuple[str, TypeCap]], cache: dict | N
     dt = time.perf_counter() - t0
     entry = make_entry(job.name, job.effective_weight, job.deadline_days, options, why, cut)
     return entry, dt, proven
+
+
+def _token_scalable(req) -> bool:
+    """Whether the search's answer at another token count is this one's rescaled: every candidate
+    trains on the same tokens per step (one global batch, no batch tolerance, one sequence
+    length), and no constraint depends on the run's length (deadline, budget). Then a plan's days,
+    GPU-hours, dollars and energy are ceil(tokens / tokens per step) times a per-step figure, the
+    same factor for every candidate, so the front and its order are the same."""
+    gbs = req.global_batch
+    return ((gbs is None or len(gbs) == 1) and not getattr(req, "global_batch_tolerance", 0.0)
+            and req.deadline_days is None and req.budget_usd is None)
+
+
+def _rescaled(res, tokens: float):
+    """A search result (or its NoFeasiblePlan) for ``tokens`` from one at another token count
+    (:func:`_token_scalable`): run figures scaled by the ratio of the step counts."""
+    from plan_search.planner.search.request import NoFeasiblePlan
+
+    if isinstance(res, NoFeasiblePlan):
+        return res  # what does not fit in memory does not fit at any token count
+    old = res.request.tokens
+    front = []
+    for fp in res.front:
+        per_step = fp.plan.global_batch * fp.plan.seq_len
+        f = math.ceil(tokens / per_step) / math.ceil(old / per_step)
+        front.append(fp.model_copy(update={k: getattr(fp, k) * f for k in ("days", "gpu_hours", "cost_usd",
+                                                                            "energy_kwh")}))
+    return res.model_copy(update={"front": front, "request": res.request.model_copy(update={"tokens": tokens})})
 
 
 def make_entry(name: str, weight: float, deadline_days: float | None, options: list[Option],
@@ -835,5 +874,6 @@ def allocate(pool: Pool | dict, jobs: Jobs | dict | list, *, objective: str = "w
         raise InputError(validation_message(exc, "allocate")) from None
     # one time limit for the whole allocation: the searches get SEARCH_SHARE of it, the solve the rest
     problem = build_problem(p, js, until=t0 + SEARCH_SHARE * time_limit_s)
-    left = max(t0 + time_limit_s - time.perf_counter(), MIN_SOLVE_S)
+    # the solve ends REPORT_SHARE before the limit: packing and printing the answer take the rest
+    left = max(t0 + (1.0 - REPORT_SHARE) * time_limit_s - time.perf_counter(), MIN_SOLVE_S)
     return solve(problem, objective, allow_unscheduled=allow_unscheduled, time_limit_s=left)

@@ -444,16 +444,21 @@ def test_allocate_job_stopped_by_the_time_limit_is_reported_as_such():
 
 
 def test_allocate_many_jobs_within_its_time_limit(tmp_path):
-    """200 jobs and a 3 s limit: an answer that names the jobs it could not search (the bound
-    itself is not timed here -- a timing is never a test; bench/ has the figures)."""
+    """200 jobs and a 3 s limit: an answer for every job (the bound itself is not timed here -- a
+    timing is never a test). Jobs that differ in tokens only share a search; jobs with 200
+    different batches cannot, and the ones the limit left unsearched are named, the lightest."""
     models = ["megatron-gpt-1.7b", "llama3.1-8b", "llama3.1-70b"]
     jobs = [{"name": f"j{i}", "model": models[i % 3], "tokens": f"{10 + i % 7}B", "weight": 1 + i % 3}
             for i in range(200)]
-    res = allocate({"free": {"a100-80gb": 4096, "h100-sxm": 2048}}, jobs, time_limit_s=3, allow_unscheduled=True)
-    assert res.totals.jobs == 200
-    assert res.solver.time_limited_jobs and not res.solver.proven_optimal
+    pool = {"free": {"a100-80gb": 4096, "h100-sxm": 2048}}
+    res = allocate(pool, jobs, time_limit_s=3, allow_unscheduled=True)
+    assert res.totals.jobs == 200 and res.totals.scheduled == 200  # 6 searches, rescaled for the tokens
+    assert res.solver.searches_proven and not res.solver.time_limited_jobs
+    distinct = [dict(j, global_batch=256 + 8 * i) for i, j in enumerate(jobs)]
+    res = allocate(pool, distinct, time_limit_s=3, allow_unscheduled=True)
+    assert res.totals.jobs == 200 and res.solver.time_limited_jobs and not res.solver.proven_optimal
     cut = {u.job: u.reason for u in res.unscheduled if u.job in res.solver.time_limited_jobs}
-    assert all("time limit" in reason for reason in cut.values())
+    assert cut and all("time limit" in reason for reason in cut.values())
     # the heaviest jobs are searched first: fewer of them are cut than of the lightest
     share = {w: sum(1 for j in jobs if j["weight"] == w and j["name"] in cut) / sum(1 for j in jobs if j["weight"] == w)
              for w in (1, 3)}
@@ -665,3 +670,18 @@ def test_no_number_field_of_the_documents_takes_a_boolean():
                 cls.model_validate({**base, name: True})
             checked += 1
     assert checked > 20
+
+
+def test_allocate_shares_a_search_across_token_counts_exactly():
+    """Jobs that differ only in tokens share one search (200 jobs fit a time limit): the front
+    rescaled by the step counts is the front searched at the other token count."""
+    from plan_search.planner.allocate import _rescaled, _token_scalable
+
+    base = dict(model="megatron-gpt-1.7b", gpu=["a100-80gb"], max_gpus=64)
+    a = plan_search.search(SearchRequest(**base, tokens=50e9))
+    b = plan_search.search(SearchRequest(**base, tokens=77.7e9))
+    assert _token_scalable(a.request) and not _token_scalable(a.request.model_copy(update={"budget_usd": 1e6}))
+    r = _rescaled(a, 77.7e9)
+    assert [(p.num_gpus, p.plan) for p in r.front] == [(p.num_gpus, p.plan) for p in b.front]
+    for x, y in zip(r.front, b.front):
+        assert x.days == pytest.approx(y.days, rel=1e-12) and x.cost_usd == pytest.approx(y.cost_usd, rel=1e-12)
