@@ -18,6 +18,11 @@ Options
     is dominated by one on the same type with no more GPUs (hence no more nodes), no more days
     and no more dollars, and swapping it in keeps the pool feasible and no objective worse. The
     fronts are computed per type, not across types, because types draw on different pools.
+    Jobs that differ only in their tokens share one search (:func:`_rescaled`: when every
+    candidate trains on the same tokens per step, a run's days, dollars and energy are the step
+    count times a per-step figure, so the front at another token count is this one rescaled).
+    The searches share the time limit (:data:`SEARCH_SHARE`, heaviest jobs first); a job the limit
+    left unsearched is reported as such (``solver.time_limited_jobs``).
     Options past a job's deadline are dropped; a job left with none is reported with the reason
     (its fastest option's days against the deadline, or that no type it allows has a plan that
     fits, with the search's message per type).
