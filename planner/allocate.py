@@ -868,6 +868,8 @@ def allocate(pool: Pool | dict, jobs: Jobs | dict | list, *, objective: str = "w
     if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float)) \
             or not (math.isfinite(time_limit_s) and 0 < time_limit_s <= 86_400):
         raise InputError(f"time_limit_s: {short_repr(time_limit_s)} must be a number of seconds in (0, 86400]")
+    if not isinstance(allow_unscheduled, bool):
+        raise InputError(f"allow_unscheduled: {short_repr(allow_unscheduled)} is not true or false")
     if not isinstance(objective, str) or objective not in OBJECTIVE_TIERS:
         raise InputError(f"objective: {short_repr(objective)} is not one of {', '.join(OBJECTIVES)}")
     try:

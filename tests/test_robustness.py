@@ -569,12 +569,15 @@ def test_closed_stdin_is_one_line():
     lambda: plan_search.estimate("gpt3-175b", "a100-80gb", num_gpus=8, memory_headroom="a lot"),
     lambda: plan_search.allocate(None, None),
     lambda: plan_search.allocate({"free": {"a100-80gb": 8}}, [], time_limit_s="soon"),
+    lambda: plan_search.search({"model": "gpt3-175b", "gpus": [8]}, model=5),
+    lambda: plan_search.allocate({"free": {"a100-80gb": 8}}, [{"name": "a", "model": "gpt3-175b", "tokens": "1B"}],
+                                 allow_unscheduled="yes"),
     lambda: run_sweep(None, "out.csv"),
     lambda: run_sweep(load_sweep(ROOT / "tests" / "data" / "nope.yaml"), "out.csv"),
     lambda: load_sweep(None),
     lambda: __import__("plan_search.planner.calibration", fromlist=["load_runs"]).load_runs(5),
 ], ids=["none", "model int", "cluster int", "plan str", "ckpt 0", "ckpt nan", "headroom str", "allocate none",
-        "allocate time str", "sweep none", "sweep file missing", "sweep path none", "runs path int"])
+        "allocate time str", "search model int", "allocate allow str", "sweep none", "sweep file missing", "sweep path none", "runs path int"])
 def test_the_api_raises_input_error_on_what_the_cli_validates(call):
     with pytest.raises(InputError):
         call()

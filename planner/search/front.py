@@ -1117,6 +1117,10 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
     if isinstance(model, str):
         fields["model"] = model
         model = None
+    if model is not None and not isinstance(model, ModelSpec):
+        from plan_search.models.io import short_repr
+
+        raise InputError(f"model: {short_repr(model)} is not a ModelSpec or a model name/file")
     if fields:
         base = request.model_dump(exclude_unset=True) if isinstance(request, SearchRequest) else dict(request or {})
         request = {**base, **fields}
