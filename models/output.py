@@ -106,8 +106,9 @@ def check_output(path: str | Path, what: str = "output", inputs: Iterable[str | 
         raise InputError(f"{what}: {shown}: {_shown(existing)} is not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise InputError(f"{what}: cannot write in the directory of {shown} (permission denied)")
-    if st is not None and not os.access(p, os.W_OK) and not os.access(parent, os.W_OK):
-        raise InputError(f"{what}: {shown} is not writable")
+    if st is not None and not (st.st_mode & 0o222 and os.access(p, os.W_OK)):
+        # a rename could replace it, but a read-only file says "do not overwrite" (even to root)
+        raise InputError(f"{what}: {shown} is read-only; make it writable or choose another output")
     return p
 
 

@@ -220,6 +220,14 @@ def test_atomic_output_keeps_the_old_file_and_the_symlink(tmp_path):
     assert stat.S_IMODE(os.stat(target).st_mode) == 0o640  # the mode kept
 
 
+def test_a_read_only_output_is_not_replaced(tmp_path, fronts):
+    out = tmp_path / "keep.csv"
+    out.write_text("mine\n")
+    out.chmod(0o444)
+    r = CliRunner().invoke(sweep_cli, [str(fronts[0]), "-o", str(out), "--overwrite", "-q"])
+    assert r.exit_code == 2 and "read-only" in _one_error_line(r.stderr) and out.read_text() == "mine\n"
+
+
 def test_check_output_refuses_directories_and_names_the_path(tmp_path):
     with pytest.raises(InputError, match="a directory"):
         check_output(tmp_path)
