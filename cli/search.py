@@ -309,6 +309,8 @@ def format_table(res, show_all: bool = False) -> str:
         first="")
     lines.append(f"took {st.total_s:.2f} s (enumerate {st.enumerate_s:.2f}, evaluate {st.evaluate_s:.2f}, "
                  f"solve {st.solve_s:.2f})")
+    if getattr(st, "cut", None):  # what the time limit (or max_candidates) cut short
+        lines += _wrap("cut: " + "; ".join(st.cut), first="")
     return "\n".join(lines)
 
 

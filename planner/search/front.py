@@ -1232,7 +1232,7 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
     if evaluated < total:
         what_cut.append(f"evaluation: {total - evaluated:,} of {total:,} candidates not evaluated (time limit)")
     if not solved:
-        what_cut.append("solve: not proven optimal within the time limit")
+        what_cut.append("solve: stopped by the time limit (not proven optimal)")
     stats = SearchStats(
         candidates=total, memory_rejected=mem_rej, evaluated=evaluated, comm_rejected=comm_rej, feasible=n_feas,
         pruned=n_feas - len(table), solver_candidates=len(table),
