@@ -392,7 +392,7 @@ def load_runs(path: str | Path | None = None, gpu: str | None = None) -> list[Ru
         try:
             if p.stat().st_size > MAX_RUNS_BYTES:
                 raise InputError(f"runs: {short_repr(p.name)} is larger than the limit of {MAX_RUNS_BYTES:,} bytes")
-            text = p.read_text(encoding="utf-8")
+            text = p.read_text(encoding="utf-8-sig")  # a byte-order mark (Excel) is not part of "source"
         except UnicodeDecodeError:
             raise InputError(f"runs: {short_repr(p.name)} is not UTF-8 text (a CSV in the layout of "
                              "published_runs.csv)") from None

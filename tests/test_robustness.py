@@ -696,3 +696,11 @@ def test_allocate_shares_a_search_across_token_counts_exactly():
     assert [(p.num_gpus, p.plan) for p in r.front] == [(p.num_gpus, p.plan) for p in b.front]
     for x, y in zip(r.front, b.front):
         assert x.days == pytest.approx(y.days, rel=1e-12) and x.cost_usd == pytest.approx(y.cost_usd, rel=1e-12)
+
+
+def test_runs_file_with_a_byte_order_mark(tmp_path):
+    from plan_search.planner.calibration import load_runs
+
+    runs = tmp_path / "excel.csv"
+    runs.write_bytes(b"\xef\xbb\xbf" + RUNS.read_bytes())
+    assert len(load_runs(runs)) == len(load_runs(RUNS)) > 10
