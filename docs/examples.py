@@ -15,8 +15,12 @@ The command is run as a user would run it (the installed console script, from th
 root, ``COLUMNS=80``); the block becomes ``$ command`` and its output. Options after ``|``:
 ``lines=A-B`` keeps output lines A to B (1-based, then ``...``), ``drop=REGEX`` leaves out lines
 matching REGEX (timings, which change from run to run), ``exit=N`` the expected exit code
-(default 0), ``stderr`` shows standard error instead of standard output. Nothing else in the
-files is touched. ``tests/test_docs.py`` runs ``--check``, so no example can go stale.
+(default 0), ``stderr`` shows standard error instead of standard output, ``file=NAME`` (any
+number of them) an input file from ``docs/examples/``, shown before the command as a heredoc so
+the block can be pasted as is; ``hide=NAME`` an input file the document already shows in a
+block of its own (``tests/test_docs.py`` checks it is there verbatim). Commands run in a fresh temporary directory holding those files
+(outputs they write land there). Nothing else in the files is touched. ``tests/test_docs.py``
+runs ``--check``, so no example can go stale.
 """
 
 from __future__ import annotations
@@ -25,22 +29,28 @@ import argparse
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+INPUTS = ROOT / "docs" / "examples"
 DIRECTIVE = re.compile(r"<!-- example: (?P<cmd>.+?)(?: \| (?P<opts>.*?))? -->\n```[a-z]*\n(?P<body>.*?)```",
                        re.S)
 
 
 def _options(text: str | None) -> dict:
-    opts: dict = {"exit": 0}
+    opts: dict = {"exit": 0, "file": [], "hide": []}
     for tok in shlex.split(text or ""):
         key, _, value = tok.partition("=")
-        opts[key] = value if value else True
+        if key in ("file", "hide"):
+            opts[key].append(value)
+        else:
+            opts[key] = value if value else True
     return opts
 
 
@@ -51,7 +61,15 @@ def render(command: str, opts: dict) -> str:
     if not exe.exists():
         raise SystemExit(f"examples: {argv[0]}: not an installed command ({exe})")
     env = dict(os.environ, COLUMNS="80", LC_ALL="C.UTF-8")
-    p = subprocess.run([str(exe), *argv[1:]], cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    shown = ""
+    with tempfile.TemporaryDirectory(prefix="plan-search-example-") as work:
+        for name in opts["file"]:
+            src = INPUTS / name
+            shutil.copyfile(src, Path(work) / name)
+            shown += f"$ cat > {name} <<'EOF'\n{src.read_text(encoding='utf-8').rstrip()}\nEOF\n"
+        for name in opts["hide"]:
+            shutil.copyfile(INPUTS / name, Path(work) / name)
+        p = subprocess.run([str(exe), *argv[1:]], cwd=work, capture_output=True, text=True, env=env, timeout=600)
     want = int(opts["exit"])
     if p.returncode != want:
         raise SystemExit(f"examples: {command!r} exited {p.returncode}, not {want}: {p.stderr.strip()[-300:]}")
@@ -64,7 +82,7 @@ def render(command: str, opts: dict) -> str:
         lo, hi = int(a), int(b or a)
         cut = hi < len(out)
         out = out[lo - 1:hi] + (["..."] if cut else [])
-    return f"$ {command}\n" + "\n".join(out) + "\n"
+    return shown + f"$ {command}\n" + "\n".join(out) + "\n"
 
 
 def process(path: Path, check: bool) -> list[str]:
@@ -85,6 +103,12 @@ def process(path: Path, check: bool) -> list[str]:
         tmp.write_text(new, encoding="utf-8")
         os.replace(tmp, path)
     return stale
+
+
+def hidden_inputs(paths=FILES) -> list[tuple[Path, str]]:
+    """Every (document, input file) an example runs on without showing it (``hide=``)."""
+    return [(p, name) for p in paths for m in DIRECTIVE.finditer(p.read_text(encoding="utf-8"))
+            for name in _options(m.group("opts"))["hide"]]
 
 
 def examples(paths=FILES) -> list[tuple[Path, str]]:

@@ -19,11 +19,20 @@ def test_every_shown_command_is_a_managed_example():
     for path in examples.FILES:
         text = path.read_text(encoding="utf-8")
         managed = {m.start("body") for m in examples.DIRECTIVE.finditer(text)}
-        for m in re.finditer(r"```[a-z]*\n(?=\$ plan-)", text):
+        for m in re.finditer(r"```[a-z]*\n(?=\$ (plan-|cat > ))", text):
             if m.end() not in managed:
                 unmanaged.append(f"{path.name}:{text.count(chr(10), 0, m.start()) + 1}")
     assert not unmanaged, f"examples not produced by docs/examples.py: {unmanaged}"
     assert len(examples.examples()) >= 5
+
+
+def test_hidden_inputs_are_shown_verbatim_in_their_document():
+    """An example that runs on an input file without showing it (hide=) relies on the document
+    showing that file in a block of its own: it must be there, to the byte."""
+    for doc, name in examples.hidden_inputs():
+        content = (examples.INPUTS / name).read_text(encoding="utf-8")
+        blocks = re.findall(r"```[a-z]*\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.S)
+        assert content in blocks, f"{doc.name}: {name} is not shown verbatim"
 
 
 def test_examples_are_current():
