@@ -642,8 +642,10 @@ def _inert(fw: str, p: Plan) -> dict:
         ch["grad_reduce"] = "default"
     if p.zero != 3 and not p.reshard_after_forward:
         ch["reshard_after_forward"] = True
-    grad_inert = p.dp == 1
-    param_inert = p.dp == 1 or p.zero == 0
+    # gradients are reduced and states sharded over dp x cp (Megatron's and torchtitan's
+    # data-parallel-with-context mesh): a knob of the data-parallel group is inert only when it is one GPU
+    grad_inert = p.dp * p.cp == 1
+    param_inert = p.dp * p.cp == 1 or p.zero == 0
     if fw == "megatron":
         if param_inert and p.overlap_param_gather and (p.zero == 0 or not p.overlap_grad_reduce):
             ch["overlap_param_gather"] = False
@@ -656,10 +658,9 @@ def _inert(fw: str, p: Plan) -> dict:
         if param_inert and p.zero != 3 and p.overlap_param_gather:
             ch["overlap_param_gather"] = False
     elif fw == "torchtitan":
-        if p.dp == 1:
-            z = 3 if p.cp > 1 else 0
-            if p.zero != z:
-                ch["zero"] = z
+        if p.dp * p.cp == 1:
+            if p.zero != 0:
+                ch["zero"] = 0
             if not p.overlap_grad_reduce:
                 ch["overlap_grad_reduce"] = True
             if not p.overlap_param_gather:
@@ -709,6 +710,8 @@ def conform(framework: str, plan: Plan, num_layers: int | None = None) -> Plan:
     elif fw == "torchtitan":
         if p.tp > 1:
             ch["sequence_parallel"] = True
+        if p.dp == 1 and p.cp > 1 and p.zero != 3:  # FSDP2 shards over the dp x cp mesh (parallel_dims)
+            ch["zero"] = 3
         ch.update(flash_attention=True, fp32_grads=True, overlap_grad_reduce=True, overlap_param_gather=True)
     ch = {k: v for k, v in ch.items() if getattr(p, k) != v}
     return normalize(fw, _rebuild(p, **ch), num_layers)
