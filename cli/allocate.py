@@ -18,7 +18,7 @@ import click
 
 from plan_search import __version__
 
-from plan_search.cli.common import guarded, Infeasible, OneLineCommand, short_days, short_money
+from plan_search.cli.common import guarded, Infeasible, OneLineCommand, short_days, short_money, align_row, column_widths, rule_row
 
 WIDTH = 80
 
@@ -77,17 +77,12 @@ def format_table(res) -> str:
              "-" if a.deadline_days is None else f"{a.deadline_days:g}", short_money(a.cost_usd)]
             for a in res.assignments]
     if rows:
-        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+        widths = column_widths(head, rows)
         left = {0, 2}
-
-        def fmt(cells):
-            return "  ".join(c.ljust(widths[i]) if i in left else c.rjust(widths[i])
-                             for i, c in enumerate(cells)).rstrip()
-
-        lines.append(fmt(head))
-        lines.append("  ".join("-" * w for w in widths))
+        lines.append(align_row(head, widths, left))
+        lines.append(rule_row(widths))
         for a, r in zip(res.assignments, rows):
-            lines.append(fmt(r))
+            lines.append(align_row(r, widths, left))
             if a.plan is not None:
                 lines += _wrap(_plan(a.plan), indent="    ", first="    ")
     else:

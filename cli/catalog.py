@@ -14,7 +14,7 @@ import click
 from plan_search import __version__
 import yaml
 
-from plan_search.cli.common import OneLineGroup, guarded
+from plan_search.cli.common import OneLineGroup, guarded, align_row, column_widths, rule_row
 from plan_search.models.io import InputError
 
 FORMATS = click.Choice(["table", "json"], case_sensitive=False)
@@ -44,17 +44,11 @@ WIDTH = 80
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    widths = column_widths(headers, rows)
     gap = "  " if sum(widths) + 2 * (len(widths) - 1) <= WIDTH else " "
-
-    def line(cells: Sequence[str]) -> str:
-        out = []
-        for i, c in enumerate(cells):
-            out.append(c.rjust(widths[i]) if i in right else c.ljust(widths[i]))
-        return gap.join(out).rstrip()
-
-    sep = gap.join("-" * w for w in widths)
-    return "\n".join([line(headers), sep, *(line(r) for r in rows)])
+    left = [i for i in range(len(headers)) if i not in right]
+    return "\n".join([align_row(headers, widths, left, gap), rule_row(widths, gap),
+                      *(align_row(r, widths, left, gap) for r in rows)])
 
 
 def _echo_json(data: Any) -> None:

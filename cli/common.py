@@ -24,6 +24,25 @@ class Infeasible(Exception):
     """Raised by commands when the request is valid but nothing satisfies it (exit code 3)."""
 
 
+def column_widths(head, rows) -> list[int]:
+    """Each column's width: its widest cell, header included (short rows, e.g. an infeasible
+    scenario's, count for the columns they have)."""
+    return [max([len(h)] + [len(r[i]) for r in rows if r is not None and len(r) > i]) for i, h in enumerate(head)]
+
+
+def align_row(cells, widths, left=(), gap: str = "  ", indent: str = "") -> str:
+    """One terminal table row, the one alignment rule of every command's tables: columns in
+    ``left`` left-aligned, the others (numbers) right-aligned, ``gap`` between them, trailing
+    blanks dropped."""
+    return (indent + gap.join(c.ljust(widths[i]) if i in left else c.rjust(widths[i])
+                              for i, c in enumerate(cells))).rstrip()
+
+
+def rule_row(widths, gap: str = "  ", indent: str = "") -> str:
+    """The dashes under a header."""
+    return indent + gap.join("-" * w for w in widths)
+
+
 def short_money(x: float) -> str:
     """Dollars in a table cell: 8,860 / 26k / 1.62M / 3.10B."""
     if x >= 1e9:

@@ -19,7 +19,7 @@ import click
 
 from plan_search import __version__
 
-from plan_search.cli.common import OneLineCommand, Infeasible, guarded
+from plan_search.cli.common import OneLineCommand, Infeasible, guarded, align_row, column_widths, rule_row
 from plan_search.cli.knobs import collect, knob_options
 
 TABLE_WIDTH = 80
@@ -151,11 +151,9 @@ def _kv(label: str, value: str) -> list[str]:
 
 def _rows(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
     """A left-aligned first column and right-aligned numbers."""
-    widths = [max(len(h), *(len(r[i]) for r in rows if r is not None)) for i, h in enumerate(headers)]
-    fmt = lambda cells: indent + "  ".join(  # noqa: E731
-        c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(cells)
-    ).rstrip()
-    rule = indent + "  ".join("-" * w for w in widths)
+    widths = column_widths(headers, rows)
+    fmt = lambda cells: align_row(cells, widths, {0}, indent=indent)  # noqa: E731
+    rule = rule_row(widths, indent=indent)
     out = [fmt(headers), rule]
     for r in rows:
         out.append(rule if r is None else fmt(r))

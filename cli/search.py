@@ -29,7 +29,7 @@ import click
 
 from plan_search import __version__
 
-from plan_search.cli.common import guarded, Infeasible, OneLineCommand, short_days, short_money
+from plan_search.cli.common import guarded, Infeasible, OneLineCommand, short_days, short_money, align_row, column_widths, rule_row
 from plan_search.cli.knobs import _int, collect, knob_options, parse_int_set
 
 WIDTH = 80
@@ -237,17 +237,13 @@ def _front_table(res, shown: list[int]) -> list[str]:
         head.pop(j)
         for r in rows:
             r.pop(j)
-    widths = [max([len(h)] + [len(r[j]) for r in rows]) for j, h in enumerate(head)]
+    widths = column_widths(head, rows)
     left = {1} if multi else set()
-
-    def fmt(cells):
-        return " ".join(c.ljust(widths[j]) if j in left else c.rjust(widths[j]) for j, c in enumerate(cells))
-
-    out = [fmt(head).rstrip(), " ".join("-" * w for w in widths)]
+    out = [align_row(head, widths, left, " "), rule_row(widths, " ")]
     for i, r in zip(shown, rows):
         mark = "*" if res.recommended_index == i else " "
         note = ", ".join(tags.get(i, []))
-        out.append((fmt(r) + f" {mark}{note}").rstrip())
+        out.append((align_row(r, widths, left, " ") + f" {mark}{note}").rstrip())
     uneven = [(front[i].plan, _ends(front[i].plan, layers)) for i in shown
               if _ends(front[i].plan, layers) is not None]
     legend = ""

@@ -17,7 +17,7 @@ import click
 
 from plan_search import __version__
 
-from plan_search.cli.common import EXIT_INFEASIBLE, guarded, OneLineCommand, short_days, short_money
+from plan_search.cli.common import EXIT_INFEASIBLE, guarded, OneLineCommand, short_days, short_money, align_row, rule_row
 
 EXIT_INTERRUPTED = 130
 
@@ -103,11 +103,10 @@ def format_summary(df, axes, width: int = 80) -> str:
 
     def fmt(cells):
         if len(cells) < n:  # an infeasible scenario: its parameters, then the status
-            lead = [c.ljust(widths[i]) if i in left else c.rjust(widths[i]) for i, c in enumerate(cells[:-1])]
-            return " ".join(lead + [cells[-1]])
-        return " ".join(c.ljust(widths[i]) if i in left else c.rjust(widths[i]) for i, c in enumerate(cells)).rstrip()
+            return align_row(cells[:-1], widths, left, " ") + " " + cells[-1]
+        return align_row(cells, widths, left, " ")
 
-    lines = [fmt(head), " ".join("-" * w for w in widths)]
+    lines = [fmt(head), rule_row(widths, " ")]
     lines += [fmt(r) for r in rows]
     notes = [f"{heads[a]}: {a}" + (f", {axis_names(a)[2]}" if axis_names(a)[2] else "") for a in axes
              if heads[a].lower() != a.lower()]
