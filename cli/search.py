@@ -365,24 +365,16 @@ def _command_lines(cmd: str, indent: str = "    ") -> list[str]:
     return out + [cur]
 
 
-CSV_FIELDS = ("gpu", "num_gpus", "nodes", "tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch",
-              "grad_accum", "zero", "recompute", "recompute_layers", "sequence_parallel", "precision",
-              "first_stage_layers", "last_stage_layers", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu",
-              "mfu", "memory_gib", "memory_usable_gib", "comm_ratio", "days", "gpu_hours", "cost_usd",
-              "energy_kwh", "power_kw", "scaling_efficiency", "bottleneck", "binding", "recommended")
-
-
 def format_csv(res) -> str:
+    """One row per front point: the columns of :meth:`SearchResult.front_rows` (the same as
+    :func:`plan_search.front_dataframe`), empty cells for None."""
+    from plan_search.planner.search.request import FRONT_COLUMNS
+
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(CSV_FIELDS)
-    for i, fp in enumerate(res.front):
-        d = fp.model_dump()
-        plan = d.pop("plan")
-        d.update(plan)
-        d["binding"] = "+".join(fp.binding)
-        d["recommended"] = res.recommended_index == i
-        w.writerow(["" if d.get(k) is None else d.get(k) for k in CSV_FIELDS])
+    w.writerow(FRONT_COLUMNS)
+    for row in res.front_rows():
+        w.writerow(["" if row[k] is None else row[k] for k in FRONT_COLUMNS])
     return buf.getvalue().rstrip("\n")
 
 

@@ -40,20 +40,17 @@ DEFAULT_MIN_SCALING_EFFICIENCY = 0.8
 DEFAULT_TOKENS = 300e9
 
 
-#: Columns of :func:`front_dataframe`, in order (``plan-search --format csv``'s header plus
-#: the model, seq_len and front index).
+#: The plan's fields on a front row: its shape, then every knob (the one knob description).
+_PLAN_KEYS = ("dp", "global_batch", "seq_len") + tuple(k.name for k in knob_specs())
+
+#: Columns of a front row (:meth:`SearchResult.front_rows`): ``plan-search --format csv`` and
+#: :func:`front_dataframe` alike.
 FRONT_COLUMNS = (
-    "model", "gpu", "num_gpus", "nodes", "tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch", "seq_len",
-    "grad_accum", "zero", "recompute", "recompute_layers", "sequence_parallel", "precision", "fp32_grads",
-    "overlap_tp_comm", "first_stage_layers", "last_stage_layers", "step_time_s", "tokens_per_s",
-    "tokens_per_s_per_gpu", "mfu", "memory_gib", "memory_usable_gib", "comm_ratio", "days", "gpu_hours",
-    "cost_usd", "energy_kwh", "power_kw", "scaling_efficiency", "bottleneck", "binding", "recommended",
+    ("model", "gpu", "num_gpus", "nodes", "grad_accum") + _PLAN_KEYS
+    + ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "memory_gib", "memory_usable_gib",
+       "comm_ratio", "days", "gpu_hours", "cost_usd", "energy_kwh", "power_kw", "scaling_efficiency",
+       "bottleneck", "binding", "recommended", "estimate_command")
 )
-
-_PLAN_KEYS = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch", "seq_len", "zero", "recompute",
-              "recompute_layers", "sequence_parallel", "precision", "fp32_grads", "overlap_tp_comm",
-              "first_stage_layers", "last_stage_layers")
-
 
 
 def _cell(v):
