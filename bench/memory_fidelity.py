@@ -99,7 +99,13 @@ PUBLISHED_OOM = [
 
 
 def cluster_for(rec: RunRecord) -> ClusterSpec:
+    """The run's system with the efficiency profile of its framework (``rec.profile``: DeepSpeed's
+    ZeRO-3 gathers one sub-module at a time, FSDP whole blocks)."""
+    from plan_search.hardware.profiles import profile_for
+
     c = get_cluster(rec.gpu)
+    if rec.profile != "megatron":
+        c = c.model_copy(update={"efficiency": profile_for(c, rec.profile)})
     if re.search(r"96\s*GB", rec.notes + " " + rec.source):
         c = c.model_copy(update={"gpu": c.gpu.model_copy(update={"memory_gib": H100_96GB_MEMORY_GIB})})
     return c
@@ -215,8 +221,12 @@ def table(rows, title: str, terms: tuple[float, float] | None = None) -> list[fl
 def oom_check() -> bool:
     print("\npublished out-of-memory configurations (each must be predicted not to fit, no headroom):")
     ok = True
+    from plan_search.hardware.profiles import profile_for
+
     for model, gpu, plan, src in PUBLISHED_OOM:
         m, c = get_model(model), get_cluster(gpu)
+        if "ZeRO-3" in src:  # run with DeepSpeed, as the row that ran: its profile
+            c = c.model_copy(update={"efficiency": profile_for(c, "deepspeed")})
         r = evaluate(m, c, PlanArrays.from_plans([Plan(**plan)], m.num_layers))
         peak, fits = float(r["memory_peak_gib"][0]), bool(r["fits"][0])
         ok &= not fits

@@ -264,3 +264,27 @@ def test_cli_estimate_default_headroom_and_memory_table():
                                   "--seq-len", "2048"])
     assert r.exit_code == 0, r.output
     assert "max_memory_allocated" in r.output and "max_memory_reserved" in r.output and "allocator slack" in r.output
+
+
+def test_deepspeed_zero3_gathers_one_submodule_at_a_time():
+    """DeepSpeed ZeRO-3 (the deepspeed profile) fetches one nn.Module at a time with at most
+    stage3_max_live_parameters (1e9) live and stage3_prefetch_bucket_size (5e8) ahead; FSDP
+    gathers a whole block (plus the next). For the 530B model (h 20480) the largest sub-module is
+    the MLP up projection, 4h x h = 1.68B parameters."""
+    import plan_search
+    from plan_search.hardware.catalog import get_cluster
+    from plan_search.hardware.profiles import profile_for
+    from plan_search.models.catalog import get_model
+
+    m = get_model("megatron-gpt-530b")
+    a100 = get_cluster("a100-80gb")
+    ds = a100.model_copy(update={"efficiency": profile_for(a100, "deepspeed")})
+    plan = dict(num_gpus=640, tp=1, pp=1, micro_batch=4, global_batch=2560, seq_len=2048, recompute="full",
+                sequence_parallel=False, flash_attention=False, zero=3, fp32_grads=False, precision="fp16")
+    fsdp = plan_search.estimate(m, a100, **plan).memory.zero3_gather_buffer_gib
+    deep = plan_search.estimate(m, ds, **plan).memory.zero3_gather_buffer_gib
+    h = 20480
+    sub = 4 * h * h
+    expected = (2.0 * (sub + 5e8) + 2.0 * sub) / 2**30
+    assert deep == pytest.approx(expected, rel=1e-9)
+    assert fsdp > 3 * deep  # a whole 5B-parameter block (and the next) against one matrix

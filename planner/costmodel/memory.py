@@ -253,6 +253,32 @@ def largest_module_params(model: ModelSpec, x: PlanArrays, stage: str):
     return np.maximum(experts.layer_params_local(model, x), ends)
 
 
+#: DeepSpeed ZeRO-3's defaults (``deepspeed/runtime/zero/config.py``, ``DeepSpeedZeroConfig``:
+#: ``stage3_max_live_parameters`` 1e9, ``stage3_prefetch_bucket_size`` 5e7 * 10 = 5e8): at most
+#: this many gathered parameters are kept live, and this many are fetched ahead.
+DS_MAX_LIVE_PARAMS = 1e9
+DS_PREFETCH_PARAMS = 5e8
+
+
+def largest_submodule_params(model: ModelSpec, x: PlanArrays, stage: str):
+    """Parameters of the largest single ``nn.Module`` (one weight matrix: QKV, the attention output,
+    the MLP up (gate and up fused) or down projection, the embedding or the output layer) on one
+    GPU of the stage: what DeepSpeed ZeRO-3 gathers at a time (it partitions and fetches per
+    sub-module, Rajbhandari et al. 2020 Sec. 5; FSDP wraps and gathers whole blocks instead)."""
+    h, a, g, hd = model.hidden_size, model.num_heads, model.num_kv_heads, model.head_dim
+    ffn = model.ffn_hidden_size or 4 * h
+    qkv = h * (a + 2 * g) * hd
+    out = a * hd * h
+    up = (2 if model.gated else 1) * h * ffn
+    down = ffn * h
+    emb, outl = _end_params(model)
+    has_embed = (x.pp == 1) | (stage == "first")
+    has_output = (x.pp == 1) | (stage == "last")
+    own_output = (x.pp > 1) | (not model.tied_embeddings)
+    ends = np.maximum(np.where(has_embed, emb / x.tp, 0.0), np.where(has_output & own_output, outl / x.tp, 0.0))
+    return np.maximum(max(qkv, out, up, down) / x.tp, ends)
+
+
 def communicators(x: PlanArrays):
     """NCCL communicators a GPU belongs to: the world group, and one per parallel group of more
     than one rank (tp, cp, dp, the dp x cp gradient group, pp)."""
@@ -317,6 +343,11 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     prefetch = np.where(layers >= 2, experts.layer_params_local(model, x), 0.0)
     unsharded_grad = np.where(x.fp32_grads, 2.0 + 4.0, 2.0) * largest
     resharded = 2.0 * (largest + prefetch) + unsharded_grad
+    if eff.zero3_flat and not model.is_moe:  # DeepSpeed ZeRO-3: one sub-module at a time, live cap
+        sub = largest_submodule_params(model, x, stage)
+        layer = experts.layer_params_local(model, x)
+        live = np.maximum(sub, np.minimum(layer, DS_MAX_LIVE_PARAMS))
+        resharded = 2.0 * (live + DS_PREFETCH_PARAMS) + np.where(x.fp32_grads, 2.0 + 4.0, 2.0) * sub
     kept = 2.0 * psi + unsharded_grad
     gather = np.where((x.zero >= 3) & (d > 1), np.where(x.reshard, resharded, kept), 0.0)
 
