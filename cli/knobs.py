@@ -150,8 +150,9 @@ def collect(kwargs: dict, multi: bool) -> dict:
             out[name] = [True, False]
             continue
         if spec.kind == "int" and not (spec.optional and text.lower() in ("none", "auto")):
-            minimum = 0 if name in ("zero", "recompute_layers") else 1
-            vals = parse_int_set(text, spec.option[2:], minimum=minimum)
+            minimum = int(spec.minimum) if spec.minimum is not None else 1
+            limit = int(spec.maximum) if spec.maximum is not None else 10_000_000
+            vals = parse_int_set(text, spec.option[2:], limit=limit, minimum=minimum)
             if not multi and len(vals) > 1:
                 raise click.BadParameter(f"plan-estimate prices one plan: one value, not {text!r} "
                                          "(plan-search takes sets)", param_hint=hint)

@@ -45,6 +45,8 @@ class KnobSpec:
     default: object
     optional: bool
     description: str
+    minimum: float | None = None  # the Plan field's lower bound (ge, or gt + 1 for an integer)
+    maximum: float | None = None
 
     @property
     def option(self) -> str:
@@ -81,7 +83,16 @@ def knob_specs() -> tuple[KnobSpec, ...]:
         if name in SHAPE_FIELDS:
             continue
         kind, choices, optional = _kind(field.annotation)
-        out.append(KnobSpec(name, kind, choices, field.default, optional, field.description or name.replace("_", " ")))
+        lo = hi = None
+        for c in field.metadata:
+            if getattr(c, "ge", None) is not None:
+                lo = c.ge
+            elif getattr(c, "gt", None) is not None:
+                lo = c.gt + 1 if kind == "int" else c.gt
+            if getattr(c, "le", None) is not None:
+                hi = c.le
+        out.append(KnobSpec(name, kind, choices, field.default, optional, field.description or name.replace("_", " "),
+                            lo, hi))
     return tuple(out)
 
 
