@@ -25,7 +25,7 @@ from plan_search.cli.knobs import collect, knob_options
 TABLE_WIDTH = 80
 LABEL = 18  # width of the label column of the summary lines
 FORMATS = click.Choice(["table", "json"], case_sensitive=False)
-FRAMEWORK_NAMES = ["megatron", "deepspeed", "torchtitan", "nemo"]  # planner.frameworks.FRAMEWORKS
+FRAMEWORK_NAMES = ["megatron", "deepspeed", "torchtitan", "nemo"]  # planner/frameworks/rules.py FRAMEWORKS
 
 
 class TokenCount(click.ParamType):
@@ -319,7 +319,7 @@ def _launch(framework: str | None, emit: bool, plan, model, cluster):
               help="what-if override of the cluster, e.g. gpu.hbm_bandwidth_gbps=3000 (repeatable)")
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True, help="output format")
 @click.option("--framework", type=click.Choice(FRAMEWORK_NAMES, case_sensitive=False), default=None,
-              help="check the plan against this framework's rules (planner.frameworks); a plan it cannot run "
+              help="check the plan against this framework's rules (planner/frameworks/rules.py); a plan it cannot run "
                    "exits 2 with one line naming the rule")
 @click.option("--emit", is_flag=True, default=False,
               help="also print the --framework launch configuration (Megatron-LM flags, DeepSpeed config JSON, "

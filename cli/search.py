@@ -404,7 +404,7 @@ def format_csv(res) -> str:
               help="max exposed (not hidden) communication as a share of the step, e.g. 0.1")
 @knob_options(multi=True)
 @click.option("--allow-cross-node-tp", is_flag=True, default=False, help="let tp groups span NVLink domains")
-@click.option("--max-cp", type=int, default=None, help="default cp domain cap [default: seq_len/1024]")
+@click.option("--max-cp", type=int, default=None, help="default cp domain cap [default: seq_len/4096, at least 4,096 tokens per rank]")
 @click.option("--max-vpp", type=int, default=None, help="default vpp domain cap [default: none]")
 @click.option("--max-micro-batch", type=int, default=None, help="default micro-batch cap [default: 8]")
 @click.option("--objective", type=click.Choice(["balanced", "fastest", "cheapest", "fewest-gpus", "least-energy",
@@ -427,7 +427,7 @@ def format_csv(res) -> str:
 @click.option("--schema", type=click.Choice(["request", "result"]), default=None,
               help="print the JSON Schema of the request or the result and exit")
 @click.option("--framework", type=click.Choice(["megatron", "deepspeed", "torchtitan", "nemo"]), default=None,
-              help="only plans this framework can run (planner/frameworks.py)")
+              help="only plans this framework can run (planner/frameworks/rules.py)")
 @click.option("--emit", is_flag=True, default=False,
               help="with --framework: print the recommended plan's launch configuration (in JSON: 'launch')")
 @click.option("--plot", "plot_file", default=None, type=click.Path(dir_okay=False),

@@ -229,7 +229,7 @@ def estimate(
         raise InputError(f"memory_headroom: {memory_headroom} must be in [0, 1)")
     if tokens is not None and not (0 < tokens < 1e18):
         raise InputError(f"tokens: {tokens} must be a positive token count below 1e18")
-    if plan is None or plan_fields:
+    if plan is None or plan_fields or isinstance(plan, dict):
         fields = {**(plan.model_dump(exclude_unset=True) if isinstance(plan, Plan) else dict(plan or {})),
                   **plan_fields}
         fields.setdefault("global_batch", m.global_batch)

@@ -1053,10 +1053,10 @@ def restrict_to_framework(model: ModelSpec, systems: list[System], ms: list[dict
     """Keep only plans ``req.framework`` can run, as it would run them.
 
     The knob space was already narrowed to the framework's capabilities
-    (:func:`planner.frameworks.allowed`); here, per (system, GPU count, global batch), feasible
+    (:func:`plan_search.planner.frameworks.rules.allowed`); here, per (system, GPU count, global batch), feasible
     candidates are taken in order of run time, ``FRAMEWORK_TOP_K`` at a time, conformed (the knobs
     the framework decides set its way) and checked against its remaining rules
-    (:func:`planner.frameworks.runnable`), until a chunk holds a runnable one (or
+    (:func:`plan_search.planner.frameworks.rules.runnable`), until a chunk holds a runnable one (or
     ``FRAMEWORK_MAX_CHECKS`` were checked); the runnable ones are evaluated again as conformed and
     replace the system's candidates. Both solvers then work on the same set, so their fronts
     agree. Not exhaustive: conforming can make a plan slower than a slower-ranked one it overtook,
