@@ -33,12 +33,14 @@ Terms (Megatron-LM's, Narayanan et al. 2021; Korthikanti et al. 2022):
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from plan_search.models.io import InputError
-from plan_search.models.spec import ModelSpec
+
+if TYPE_CHECKING:  # only annotations name it: the command-line options read Plan without it (start-up)
+    from plan_search.models.spec import ModelSpec
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 #: Precision recipe -> PlanArrays ``fp8`` code (0: 16-bit GEMMs; nonzero: low-precision GEMMs).
