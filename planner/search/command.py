@@ -24,6 +24,15 @@ def _value(spec, v) -> str:
     return str(v)
 
 
+def tokens_text(tokens: float) -> str:
+    """A token count as a person writes it, exactly: ``300B``, ``1.5T``, else the number."""
+    for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+        q = tokens / div
+        if q >= 1 and float(repr(q)) * div == tokens and len(repr(q)) <= 8:
+            return (repr(q)[:-2] if repr(q).endswith(".0") else repr(q)) + suffix
+    return repr(float(tokens))
+
+
 def estimate_command(request, gpu_ref: str, plan: Plan) -> str:
     """``plan-estimate --model ... --gpu ... --gpus N --tp .. ...`` for ``plan`` of ``request``."""
     args = ["plan-estimate", "--model", request.model, "--gpu", gpu_ref, "--gpus", str(plan.num_gpus),
@@ -36,7 +45,7 @@ def estimate_command(request, gpu_ref: str, plan: Plan) -> str:
             args.append(spec.option if v else f"--no-{spec.option[2:]}")
         else:
             args += [spec.option, _value(spec, v)]
-    args += ["--memory-headroom", repr(float(request.memory_headroom)), "--tokens", repr(float(request.tokens)),
+    args += ["--memory-headroom", repr(float(request.memory_headroom)), "--tokens", tokens_text(request.tokens),
              "--checkpoint-interval-h", repr(float(request.checkpoint_interval_h))]
     for s in request.sets:
         args += ["--set", s]
