@@ -469,7 +469,7 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
         data["model"] = model_ref
     if not data.get("model"):
         raise click.UsageError("--model is required (or a --request file with model:)")
-    if gpu_ref:
+    if gpu_ref is not None:  # --gpu "" is an empty name, not the default
         data["gpu"] = [g.strip() for g in gpu_ref.split(",") if g.strip()]
     if gpus:
         parsed = parse_gpus(gpus)

@@ -33,10 +33,13 @@ FRONTS = [
          flash_attention=[True, False], objective="cheapest"),
     dict(model="llama3.1-70b", gpu=["h100-sxm", "a100-80gb"], gpus=[64, 128], tokens="1T",
          overlap_tp_comm=[True, False], objective="fastest", sets=["node.inter_node_gbps=50"]),
+    # a framework whose defaults are not the Plan's (torchtitan keeps FSDP2 parameters gathered
+    # under pipelining) and its own efficiency profile
+    dict(model="llama3.1-8b", gpu="h100-sxm", min_gpus=8, max_gpus=64, framework="torchtitan", objective="fastest"),
 ]
 
 
-@pytest.mark.parametrize("req", FRONTS, ids=["gpt3", "llama8b-sets", "llama70b-two-gpus"])
+@pytest.mark.parametrize("req", FRONTS, ids=["gpt3", "llama8b-sets", "llama70b-two-gpus", "torchtitan"])
 def test_every_front_point_is_reproduced_by_its_estimate_command(req):
     result = plan_search.search(**req)
     assert result.front

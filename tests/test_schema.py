@@ -20,7 +20,7 @@ VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 INTS = [-1, 0, 1, 8, 100_000, 200_000, 1.5, "8", None, True]
 INT_LISTS = [[], [0], [1, 2], [3, 1, 3], [-4], [1.5], ["a"], [True], 4, 0, [2] * 2000]
 CASES = {
-    "gpu": ["a100", ["a100", "h100-sxm"], [], "", 5, [5], ["x"] * 40],
+    "gpu": ["a100", ["a100", "h100-sxm"], [], "", " ", [""], [" "], 5, [5], ["x"] * 40],
     "tokens": [300e9, "300B", "1.5T", "3e11", 0, -5, "lots", "300X", True, None],
     "gpus": INT_LISTS + [[10_000_001]],
     "global_batch": INT_LISTS,
@@ -39,6 +39,8 @@ CASES = {
     "tp": [8, [1, 2], 0, [0], "x"],
     "precision": ["bf16", ["bf16", "fp8"], "fp9"],
     "overlap_tp_comm": [True, [True, False], "on"],
+    "sets": [["node.inter_node_gbps=50"], ["x"], [""], ["=5"], ["a=1", "b = 2"], "a=1"],
+    "moe_imbalance": [1.1, [1.1, 1.2], 0.5, 200, [1.1, 1000]],
     "unknown_field": [1],
 }
 

@@ -4,7 +4,8 @@ Every front point and the recommended plan carry it (``estimate_command``, in th
 CSV): run it and ``plan-estimate`` prints the same step time, memory, days and dollars, because
 the search and ``plan-estimate`` evaluate the same functions with the same knobs. Knobs are
 spelled as the generated options spell them (:mod:`plan_search.cli.knobs`); only those that differ
-from the Plan's defaults are written, besides the degrees, which are always written.
+from the Plan's defaults are written, besides the degrees, which are always written (with
+``--framework``, every knob: that framework's defaults need not be the Plan's).
 """
 
 from __future__ import annotations
@@ -37,9 +38,12 @@ def estimate_command(request, gpu_ref: str, plan: Plan) -> str:
     """``plan-estimate --model ... --gpu ... --gpus N --tp .. ...`` for ``plan`` of ``request``."""
     args = ["plan-estimate", "--model", request.model, "--gpu", gpu_ref, "--gpus", str(plan.num_gpus),
             "--global-batch", str(plan.global_batch), "--seq-len", str(plan.seq_len)]
+    framework = getattr(request, "framework", None)
     for spec in knob_specs():
         v = getattr(plan, spec.name)
-        if v is None or (spec.name not in ALWAYS and v == spec.default):
+        # with a framework, every knob is written: plan-estimate --framework fills the knobs a
+        # user leaves unset with that framework's defaults, which need not be the Plan's
+        if v is None or (spec.name not in ALWAYS and v == spec.default and not framework):
             continue
         if spec.kind == "bool":
             args.append(spec.option if v else f"--no-{spec.option[2:]}")
@@ -49,4 +53,6 @@ def estimate_command(request, gpu_ref: str, plan: Plan) -> str:
              "--checkpoint-interval-h", repr(float(request.checkpoint_interval_h))]
     for s in request.sets:
         args += ["--set", s]
+    if framework:
+        args += ["--framework", framework]
     return " ".join(shlex.quote(a) for a in args)

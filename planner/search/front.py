@@ -1117,6 +1117,8 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
     if isinstance(model, str):
         fields["model"] = model
         model = None
+    elif model is not None and request is None and "model" not in fields:
+        fields["model"] = model.name  # a spec given alone labels the run with its name
     if model is not None and not isinstance(model, ModelSpec):
         from plan_search.models.io import short_repr
 

@@ -14,7 +14,8 @@ evaluating it.
 from __future__ import annotations
 
 import itertools
-from typing import Literal
+import re
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
@@ -81,6 +82,8 @@ KNOB_LIMITS = {"tp": 100_000, "pp": 100_000, "ep": 100_000, "etp": 100_000, "cp"
 #: Longest value list of ``gpus``; of a knob or ``global_batch`` (each value of those multiplies
 #: the space's construction: a few hundred are already more than any search needs).
 MAX_LIST = 100_000
+#: A --set item: a key, then ``=`` and the value.
+SET_PATTERN = r"^\s*[^=\s][^=]*="
 MAX_KNOB_LIST = 1024
 
 
@@ -197,6 +200,9 @@ def _broadcast_field(spec):
         item = Literal[spec.choices]
     else:
         item = {"bool": bool, "int": int, "float": float}[spec.kind]
+        if spec.kind in ("int", "float"):  # each value within the Plan field's bounds (no NaN/inf)
+            item = Annotated[item, Field(ge=spec.minimum, le=spec.maximum,
+                                         **({"allow_inf_nan": False} if spec.kind == "float" else {}))]
     if spec.optional:
         item = item | None
     return (list[item] | None, Field(default=None, min_length=1, max_length=MAX_KNOB_LIST,
@@ -331,6 +337,14 @@ class SearchRequest(_Strict):
                 knobs[k] = data.pop(k)
             data["knobs"] = knobs
         return data
+
+    @field_validator("sets")
+    @classmethod
+    def _sets(cls, v):
+        for s in v:
+            if not re.match(SET_PATTERN, s):
+                raise ValueError(f"sets: {s[:60]!r} is not KEY=VALUE (e.g. node.inter_node_gbps=50)")
+        return v
 
     @field_validator("gpu")
     @classmethod
@@ -540,6 +554,8 @@ def json_schema(kind: str = "request") -> dict:
     the top level of a request (as :meth:`SearchRequest._as_the_cli_takes_it` does)."""
     if kind == "result":
         doc = SearchResult.model_json_schema()
+        # plan-search --emit adds the launch configuration of the recommended plan
+        doc["properties"]["launch"] = {"type": "object", "description": "with --emit: the launch configuration"}
         _tighten(doc)
         return {"$schema": JSON_SCHEMA_DIALECT, **doc}
     if kind != "request":
@@ -570,10 +586,13 @@ def json_schema(kind: str = "request") -> dict:
                                  {"type": "string", "pattern": r"^\s*[0-9]*\.?[0-9]+([eE][+-]?[0-9]+)?\s*[kKmMbBgGtT]?\s*$"}],
                        "default": props["tokens"].get("default"), "description": props["tokens"].get("description")}
     gpu = props["gpu"]
-    gpu["anyOf"] = [{"type": "string", "minLength": 1},
-                    {k: v for k, v in gpu.items() if k in ("type", "items", "minItems", "maxItems")}]
+    gpu_list = {k: v for k, v in gpu.items() if k in ("type", "items", "minItems", "maxItems")}
+    gpu_list["items"] = {"type": "string", "minLength": 1, "pattern": r"\S"}
+    gpu["anyOf"] = [{"type": "string", "minLength": 1, "pattern": r"\S"}, gpu_list]
     for k in ("type", "items", "minItems", "maxItems"):
         gpu.pop(k, None)
+    sets = _array_of(props["sets"])
+    sets["items"] = {"type": "string", "pattern": SET_PATTERN}
     for name, prop in knobs.items():
         if name in _KNOB_NAMES:
             props.setdefault(name, prop)
