@@ -15,7 +15,7 @@ import re
 
 import click
 
-#: Older spellings still accepted (hidden): option -> (knob, value).
+#: Older spellings still accepted (hidden): option -> (boolean knob, False): each is that knob's --no-x.
 ALIASES = {"bf16-grads": ("fp32_grads", False)}
 
 
@@ -102,7 +102,8 @@ def knob_options(multi: bool):
                 f = click.option(opt, f"knob__{spec.name}", default=None, metavar=metavar,
                                  help=f"{what} [default: {_default_text(spec)}]")(f)
         for alias, (knob, _value) in ALIASES.items():
-            f = click.option(f"--{alias}", f"knob_alias__{alias.replace('-', '_')}", is_flag=True, default=False, hidden=True)(f)
+            f = click.option(f"--{alias}", f"knob_alias__{alias.replace('-', '_')}", is_flag=True, default=False,
+                             hidden=True, callback=_seen)(f)
         return f
 
     return deco
@@ -114,20 +115,22 @@ def collect(kwargs: dict, multi: bool) -> dict:
     from plan_search.planner.costmodel.knobs import knob_spec, parse_value
 
     ctx = click.get_current_context(silent=True)
-    order = ctx.meta.get("plan_search_knob_order", []) if ctx is not None else []
+    order = list(ctx.meta.get("plan_search_knob_order", [])) if ctx is not None else []
+    # an old spelling is its knob's --no-x (all ALIASES turn a boolean off): the same ordering rule
+    for key in [k for k in kwargs if k.startswith("knob_alias__")]:
+        val = kwargs.pop(key)
+        knob, _value = ALIASES[key[len("knob_alias__"):].replace("_", "-")]
+        if val:
+            kwargs[f"knob_no__{knob}"] = True
+            order = [f"knob_no__{knob}" if o == key else o for o in order]
     for name in {k.split("__", 1)[1] for k in kwargs if k.startswith("knob_no__")}:
         given = [o for o in order if o in (f"knob__{name}", f"knob_no__{name}")]
         if len(given) > 1:  # both spellings given: the last one wins
             loser = "knob_no__" if given[-1].startswith("knob__") else "knob__"
             kwargs[f"{loser}{name}"] = None if loser == "knob__" else False
     out: dict = {}
-    for key in [k for k in kwargs if k.startswith(("knob__", "knob_no__", "knob_alias__"))]:
+    for key in [k for k in kwargs if k.startswith(("knob__", "knob_no__"))]:
         val = kwargs.pop(key)
-        if key.startswith("knob_alias__"):
-            if val:
-                knob, value = ALIASES[key[len("knob_alias__"):].replace("_", "-")]
-                out[knob] = [value] if multi else value
-            continue
         name = key.split("__", 1)[1]
         spec = knob_spec(name)
         hint = spec.option if not key.startswith("knob_no__") else f"--no-{spec.option[2:]}"

@@ -160,3 +160,14 @@ def test_standard_input_with_a_byte_order_mark_is_read_by_every_command(tmp_path
                            input=(bom + jobs).encode("utf-8"))
     assert r.exit_code == 0, r.output
     assert [a["job"] for a in json.loads(r.output)["assignments"]] == ["a"]
+
+
+@pytest.mark.parametrize("args,fp32", [(["--fp32-grads", "on", "--bf16-grads"], False),
+                                       (["--bf16-grads", "--fp32-grads", "on"], True),
+                                       (["--no-fp32-grads", "--fp32-grads"], True),
+                                       (["--fp32-grads", "--no-fp32-grads"], False)])
+def test_the_last_spelling_of_a_boolean_knob_wins(args, fp32):
+    r = CliRunner().invoke(estimate_main, ["--model", "gpt3", "--gpu", "a100", "--gpus", "1536", "--tp", "8", "--pp",
+                                           "12", *args, "--format", "json"])
+    assert r.exit_code in (0, 3), r.output
+    assert json.loads(r.output)["plan"]["fp32_grads"] is fp32
