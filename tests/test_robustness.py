@@ -704,3 +704,17 @@ def test_runs_file_with_a_byte_order_mark(tmp_path):
     runs = tmp_path / "excel.csv"
     runs.write_bytes(b"\xef\xbb\xbf" + RUNS.read_bytes())
     assert len(load_runs(runs)) == len(load_runs(RUNS)) > 10
+
+
+def test_time_limit_bounds_the_whole_search_including_the_front_figures():
+    """The search's phases stop at 85% of --time-limit; the front's figures and the 'memory
+    binds' timing of over-memory plans stop at the limit (before: 4.0 s for a 2 s limit over
+    eight GPU types, binding_days and the default range outside the clock). The result says what
+    was cut."""
+    from plan_search import search
+
+    res = search(model="llama3.1-405b", tokens="15T", gpu=["a100-80gb", "h100-sxm", "h200", "b200", "a100-40gb",
+                                                            "v100-32gb", "h800", "h100-pcie"],
+                 knobs={"tp": [1, 2, 4, 8], "pp": list(range(1, 129)), "cp": [1, 2, 4, 8]}, time_limit_s=2.0)
+    assert res.stats.total_s < 3.0, res.stats.total_s
+    assert res.stats.cut and not res.stats.proven_optimal

@@ -88,6 +88,9 @@ EVAL_CHUNK = 16384
 #: Columns of evaluate() the search keeps for every candidate.
 COLUMNS = ("memory_peak_gib", "memory_usable_gib", "fits", "comm_ratio", "days", "cost_usd", "energy_kwh",
            "power_kw", "mfu")
+#: Share of ``time_limit_s`` the search's phases may use; the rest is for the front's figures and
+#: the report (the whole command is bounded by the limit).
+REPORT_SHARE = 0.85
 #: Default GPU-count rule: start at this many nodes, double while doubling the GPUs still
 #: shortens the fastest run by at least DOUBLING_GAIN (a 1.5x speed-up for 2x the GPUs, 75 %
 #: marginal scaling efficiency); never beyond DEFAULT_MAX_GPUS.
@@ -219,19 +222,23 @@ def evaluate_columns(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, requ
 
 
 def time_rows(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, cols: dict, rows: np.ndarray,
-              request: SearchRequest) -> None:
-    """Price (in place) the step-time columns of ``rows`` that memory-first evaluation skipped."""
+              request: SearchRequest, deadline: float = math.inf) -> bool:
+    """Price (in place) the step-time columns of ``rows`` that memory-first evaluation skipped;
+    False when the deadline stopped it (the rows left untimed keep ``timed`` False)."""
     rows = rows[~cols["timed"][rows]]
     if not len(rows):
-        return
+        return True
     for a in range(0, len(rows), EVAL_CHUNK):
+        if time.perf_counter() > deadline:
+            return False
         rr = rows[a:a + EVAL_CHUNK]
         r = evaluate(model, cluster, x.take(rr), memory_headroom=request.memory_headroom,
                      tokens=request.tokens, checkpoint_interval_h=request.checkpoint_interval_h)
         for k in COLUMNS:
             if k not in ("fits", "memory_usable_gib", "memory_peak_gib"):
                 cols[k][rr] = np.asarray(r[k])
-    cols["timed"][rows] = True
+        cols["timed"][rr] = True
+    return True
 
 
 def _concat_spaces(spaces: list[Space]) -> Space:
@@ -945,18 +952,21 @@ def _relaxed(m: dict, name: str) -> np.ndarray:
     return out
 
 
-def binding_days(systems, ms, groups, n_groups, request=None, want=None) -> dict[str, np.ndarray]:
+def binding_days(systems, ms, groups, n_groups, request=None, want=None,
+                 deadline: float = math.inf) -> dict[str, np.ndarray]:
     """Per group, the fastest run when one per-plan constraint (memory, comm ratio) is lifted.
     ``want`` (groups): price the over-memory plans of those groups only (memory-first evaluation
-    left them untimed); the other groups' memory figure is then a lower bound of inf."""
-    out = {}
+    left them untimed); the other groups' memory figure is then a lower bound of inf. Past
+    ``deadline`` the over-memory plans are no longer timed (``out["complete"]`` False)."""
+    out: dict = {"complete": True}
     for name in ("memory", "comm_ratio"):
         best = np.full(n_groups, np.inf)
         for s, m, g in zip(systems, ms, groups):
             r = _relaxed(m, name)
             if name == "memory" and request is not None and "timed" in s.cols:
                 need = np.flatnonzero(r & (np.isin(g, want) if want is not None else True))
-                time_rows(s.space.model, s.cluster, s.space.x, s.cols, need, request)
+                if not time_rows(s.space.model, s.cluster, s.space.x, s.cols, need, request, deadline):
+                    out["complete"] = False
                 r = r & s.cols["timed"]
             np.minimum.at(best, g[r], s.cols["days"][r])
         out[name] = best
@@ -1138,7 +1148,10 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
                 raise InputError(f"precision: {req.framework} {caps.version} cannot train in {precision}; "
                                  f"use one of {', '.join(caps.precision)}")
         req = req.model_copy(update={"knobs": caps.knobs(req.knobs)})
-    deadline = t0 + req.time_limit_s
+    # the search's phases (enumeration, evaluation, solve) stop at 85% of the limit: the rest is
+    # for the front's figures, the "memory binds" timing and the report, bounded by the limit itself
+    hard_deadline = t0 + req.time_limit_s
+    deadline = t0 + REPORT_SHARE * req.time_limit_s
     model, clusters, gbs, seq = resolve_inputs(req, model)
     systems: list[System] = []
     t_enum = t_eval = 0.0
@@ -1210,7 +1223,7 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
 
     own = system_fronts(table, front_rows, len(systems))
     want = np.unique(table.group[np.asarray(front_rows + [rec], dtype=np.int64)]) if front_rows else None
-    bind = binding_days(systems, ms, groups, n_groups, req, want)
+    bind = binding_days(systems, ms, groups, n_groups, req, want, hard_deadline)
     front, others = _front_points(systems, table, front_rows, req, bind, own)
     rec_sys = systems[int(table.system[rec])]
     rec_row = int(table.row[rec])
@@ -1235,6 +1248,9 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
         what_cut.append(f"evaluation: {total - evaluated:,} of {total:,} candidates not evaluated (time limit)")
     if not solved:
         what_cut.append("solve: stopped by the time limit (not proven optimal)")
+    if not bind["complete"]:
+        what_cut.append("binding: over-memory plans of some GPU counts not timed (time limit): "
+                        "'memory' may be missing from their binding")
     stats = SearchStats(
         candidates=total, memory_rejected=mem_rej, evaluated=evaluated, comm_rejected=comm_rej, feasible=n_feas,
         pruned=n_feas - len(table), solver_candidates=len(table),
