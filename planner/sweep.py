@@ -786,6 +786,21 @@ def _watch_parent(parent: int, interval_s: float = 0.5) -> None:
     threading.Thread(target=watch, name="plan-sweep-parent-watch", daemon=True).start()
 
 
+def _start_resource_tracker_ignoring_hup() -> None:
+    import signal
+    import threading
+
+    if not hasattr(signal, "SIGHUP") or threading.current_thread() is not threading.main_thread():
+        return
+    from multiprocessing import resource_tracker
+
+    old = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.signal(signal.SIGHUP, old)
+
+
 def _local(todo: list[Scenario], workers: int) -> Iterator[dict]:
     if workers <= 1:
         import signal
@@ -806,6 +821,10 @@ def _local(todo: list[Scenario], workers: int) -> Iterator[dict]:
 
     # spawn: the workers import the planner afresh (~0.5 s), nothing inherited from a parent with threads
     ctx = multiprocessing.get_context("spawn")
+    # multiprocessing's resource tracker ignores SIGINT and SIGTERM but not SIGHUP (closing the
+    # terminal signals the whole group): started with SIGHUP ignored, it inherits that and outlives
+    # the workers, so the parent's own handler reports one 'interrupted' line, not its tracebacks
+    _start_resource_tracker_ignoring_hup()
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),))
     finished = False
     try:

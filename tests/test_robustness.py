@@ -347,12 +347,16 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc (Linux)")
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL, "SIGHUP-group"],
+                         ids=["SIGTERM", "SIGKILL", "SIGHUP-group"])
 def test_no_worker_outlives_a_signalled_sweep(tmp_path, sig):
+    """SIGHUP to the whole process group is what closing a terminal sends: the resource tracker
+    used to die of it and print tracebacks."""
     sweep_file = _write(tmp_path, SLOW)
     out = tmp_path / "s.csv"
+    group = sig == "SIGHUP-group"
     proc = subprocess.Popen([str(BIN / "plan-sweep"), str(sweep_file), "-o", str(out), "-q", "--workers", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=group)
     try:
         t0 = time.monotonic()
         kids: list[int] = []
@@ -364,7 +368,10 @@ def test_no_worker_outlives_a_signalled_sweep(tmp_path, sig):
         if proc.poll() is not None:
             pytest.skip("the sweep ended before it could be signalled")
         time.sleep(0.5)  # the workers past their start-up
-        proc.send_signal(sig)
+        if group:
+            os.killpg(proc.pid, signal.SIGHUP)
+        else:
+            proc.send_signal(sig)
         # communicate() returns only when every holder of the pipes is gone (workers, tracker)
         stdout, stderr = proc.communicate(timeout=60)
     finally:
@@ -374,8 +381,9 @@ def test_no_worker_outlives_a_signalled_sweep(tmp_path, sig):
     while time.monotonic() < deadline and any(_alive(k) for k in kids):
         time.sleep(0.05)
     assert not [k for k in kids if _alive(k)]
-    if sig == signal.SIGTERM:  # handled as Ctrl-C: what finished is written, exit 130
+    if sig in (signal.SIGTERM, "SIGHUP-group"):  # handled as Ctrl-C: what finished is written, exit 130
         assert proc.returncode == 130 and "interrupted" in stderr and "Traceback" not in stderr
+        assert "resource_tracker" not in stderr
         assert out.exists() and not journal_path(out).exists()
 
 
