@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
 
@@ -187,6 +187,19 @@ def refuse_bools(cls, data: Any) -> Any:
                                  "text is expected")
     return data
 
+
+
+class NoBoolNumbers(BaseModel):
+    """Base of every input document (model spec, plan, request, sweep, allocation): a boolean given
+    for a number is refused (:func:`refuse_bools`), once here for all of them. Schemas are built
+    on first use (``defer_build``): the commands' start-up builds none."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data):
+        return refuse_bools(cls, data)  # "gpus": [true] is not one GPU; lax mode takes True as 1
 
 def validation_message(exc: ValidationError, where: str = "") -> str:
     """First error of a pydantic ValidationError as ``where: field.path: message``."""

@@ -41,7 +41,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from plan_search.models.io import NoBoolNumbers
 
 GATED_ACTIVATIONS = ("swiglu", "geglu")
 #: The largest ``num_layers`` (also what bounds per-layer work done before validation, e.g. the
@@ -49,7 +51,7 @@ GATED_ACTIVATIONS = ("swiglu", "geglu")
 MAX_LAYERS = 10_000
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(NoBoolNumbers):
     """A decoder-only transformer, as plain data (litgpt ``Config`` style)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)  # schema built on first use: fast CLI start
@@ -142,12 +144,6 @@ class ModelSpec(BaseModel):
     aliases: tuple[str, ...] = ()
     source: str = Field(default="user supplied", description="paper/table or config the shape comes from")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _no_bool_numbers(cls, data):
-        from plan_search.models.io import refuse_bools
-
-        return refuse_bools(cls, data)  # a boolean is not a count (pydantic's lax mode takes True as 1)
 
     @model_validator(mode="before")
     @classmethod

@@ -66,8 +66,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from plan_search.models.io import NoBoolNumbers
 from plan_search.planner.costmodel.plan import Plan
 
 Objective = Literal["weighted-completion", "cost", "makespan"]
@@ -99,15 +100,9 @@ _MANAGED = ("model", "gpu", "tokens", "deadline_days", "global_batch", "seq_len"
             "max_nodes", "objective")
 
 
-class _Doc(BaseModel):
+class _Doc(NoBoolNumbers):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _no_bool_numbers(cls, data):
-        from plan_search.models.io import refuse_bools
-
-        return refuse_bools(cls, data)  # "gpus": [true] is not one GPU
 
 
 # ------------------------------------------------------------------ input documents

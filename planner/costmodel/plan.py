@@ -35,9 +35,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
-from plan_search.models.io import InputError
+from plan_search.models.io import InputError, NoBoolNumbers
 
 if TYPE_CHECKING:  # only annotations name it: the command-line options read Plan without it (start-up)
     from plan_search.models.spec import ModelSpec
@@ -86,7 +86,7 @@ def grad_per_microbatch(code, zero, pp):
     return ((code == 0) & default) | (code == 2)
 
 
-class Plan(BaseModel):
+class Plan(NoBoolNumbers):
     """A parallel execution plan; validates its own arithmetic on construction."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)  # schema built on first use: fast CLI start
@@ -161,12 +161,6 @@ class Plan(BaseModel):
         "the backward (two layers' worth stay on the GPU); costs the copies over PCIe/C2C that compute "
         "does not hide")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _no_bool_numbers(cls, data):
-        from plan_search.models.io import refuse_bools
-
-        return refuse_bools(cls, data)  # a boolean is not a count (pydantic's lax mode takes True as 1)
 
     @model_validator(mode="before")
     @classmethod

@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
-from plan_search.models.io import parse_token_count
+from plan_search.models.io import NoBoolNumbers, parse_token_count
 from plan_search.planner.costmodel.estimate import Estimate
 from plan_search.planner.costmodel.memory import DEFAULT_MEMORY_HEADROOM
 from plan_search.planner.costmodel.knobs import broadcast_knobs, knob_specs
@@ -61,15 +61,9 @@ def _cell(v):
 
 
 
-class _Doc(BaseModel):
+class _Doc(NoBoolNumbers):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _no_bool_numbers(cls, data):
-        from plan_search.models.io import refuse_bools
-
-        return refuse_bools(cls, data)  # "gpus": [true] is not one GPU
 
 
 #: Largest GPU count of a plan (:class:`planner.plan.Plan` ``num_gpus``).
