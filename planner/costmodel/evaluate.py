@@ -58,10 +58,12 @@ def hardware_flops_per_iteration(model: ModelSpec, x: PlanArrays):
     return model_flops_per_iteration(model, x) + x.gb.astype(float) * x.seq * extra
 
 
-def memory_fit(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, memory_headroom: float = 0.0):
+def memory_fit(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, memory_headroom: float = 0.0,
+               memory_breakdown: dict | None = None):
     """(memory breakdown, usable bytes, fits): the one feasibility rule, which the search also
-    applies on its own before timing (memory first: a plan that does not fit is not timed)."""
-    mem = memory.peak_memory(model, cluster, x)
+    applies on its own before timing (memory first: a plan that does not fit is not timed).
+    ``memory_breakdown``: :func:`memory.peak_memory` of ``x`` when the caller already has it."""
+    mem = memory_breakdown if memory_breakdown is not None else memory.peak_memory(model, cluster, x)
     usable = cluster.gpu.memory_gib * GIB * (1.0 - memory_headroom)
     return mem, usable, mem["total"] <= usable
 
@@ -73,10 +75,12 @@ def evaluate(
     memory_headroom: float = 0.0,
     tokens: float | None = None,
     checkpoint_interval_h: float = 1.0,
+    memory_breakdown: dict | None = None,
 ) -> dict:
-    """All figures for every candidate in ``x`` (numpy arrays)."""
+    """All figures for every candidate in ``x`` (numpy arrays). ``memory_breakdown``: the
+    :func:`memory.peak_memory` of ``x`` when the caller priced it already (the search, memory first)."""
     st = step.step_time(model, cluster, x)
-    mem, usable, fits = memory_fit(model, cluster, x, memory_headroom)
+    mem, usable, fits = memory_fit(model, cluster, x, memory_headroom, memory_breakdown)
     step_s = st["step_s"]
     n = x.num_gpus.astype(float)
     tokens_per_step = x.gb.astype(float) * x.seq

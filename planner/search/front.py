@@ -184,10 +184,9 @@ def evaluate_columns(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, requ
     :func:`evaluate` calls), and only the rows that fit are timed by :func:`evaluate`; a row over
     memory keeps ``days`` etc. at ``inf`` and ``timed`` False until :func:`time_rows` prices it
     (the "memory binds" figure of a front point needs the fastest over-memory plan of its count)."""
-    parts = {k: [] for k in COLUMNS}
+    parts: dict[str, list] = {k: [] for k in (*COLUMNS, "timed")}
     n = len(x)
     stop = n
-    usable = cluster.gpu.memory_gib * GIB * (1.0 - request.memory_headroom)
     for a in range(0, n, EVAL_CHUNK):
         if a and time.perf_counter() > deadline:
             stop = a
@@ -201,22 +200,21 @@ def evaluate_columns(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, requ
         idx = np.flatnonzero(fits)
         if len(idx):
             r = evaluate(model, cluster, chunk.take(idx), memory_headroom=request.memory_headroom,
-                         tokens=request.tokens, checkpoint_interval_h=request.checkpoint_interval_h)
+                         tokens=request.tokens, checkpoint_interval_h=request.checkpoint_interval_h,
+                         memory_breakdown={k: np.asarray(v)[idx] for k, v in mem.items()})
             for k in COLUMNS:
                 if k not in ("fits", "memory_usable_gib"):
                     cols[k][idx] = np.asarray(r[k])
-        cols["timed"] = fits
         for k in COLUMNS:
             parts[k].append(np.asarray(cols[k]))
-        parts.setdefault("timed", []).append(fits)
+        parts["timed"].append(fits)
     if stop < n:
         for k in COLUMNS:
             fill = False if k == "fits" else (np.nan if k in ("memory_usable_gib",) else np.inf)
             parts[k].append(np.full(n - stop, fill, dtype=bool if k == "fits" else float))
-        parts.setdefault("timed", []).append(np.zeros(n - stop, dtype=bool))
-    out = {k: (np.concatenate(v) if v else np.zeros(0, dtype=bool if k == "fits" else float))
+        parts["timed"].append(np.zeros(n - stop, dtype=bool))
+    out = {k: (np.concatenate(v) if v else np.zeros(0, dtype=bool if k in ("fits", "timed") else float))
            for k, v in parts.items()}
-    out.setdefault("timed", np.zeros(0, dtype=bool))
     out["done"] = np.arange(n) < stop
     return out
 
