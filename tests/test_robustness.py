@@ -726,3 +726,17 @@ def test_time_limit_bounds_the_whole_search_including_the_front_figures():
                  knobs={"tp": [1, 2, 4, 8], "pp": list(range(1, 129)), "cp": [1, 2, 4, 8]}, time_limit_s=2.0)
     assert res.stats.total_s < 3.0, res.stats.total_s
     assert res.stats.cut and not res.stats.proven_optimal
+
+
+def test_a_time_limit_that_stops_the_solver_still_gives_a_front_and_a_rule_based_pick():
+    """When the limit stops CP-SAT's front walk (even before its first point), the front is the
+    skyline of the same table and the recommendation the same rule applied to it: it used to be
+    an empty front and a recommendation of the fewest GPUs."""
+    from plan_search import search
+
+    res = search(model="gpt3", gpu=["a100", "h100-sxm", "h200"], time_limit_s=0.3)
+    assert res.front and res.stats.cut and not res.stats.proven_optimal
+    rec = res.recommended
+    assert res.objective == "balanced" and res.reason.startswith("balanced")
+    fewest = min(fp.num_gpus for fp in res.front)
+    assert rec.plan.num_gpus > fewest  # the balanced rule, not the first front point

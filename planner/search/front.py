@@ -1212,10 +1212,12 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
         node_sizes = np.array([s.cluster.node.gpus_per_node for s in systems], dtype=np.int64)
         rec, cap, proven_rec, rec_solves = pick_cpsat(table, rule, key, req, labels, node_sizes, deadline)
         front_rows, proven_front, solves = cpsat_front(table, req, labels, node_sizes, deadline)
+        if not front_rows and len(table):  # the limit stopped the walk before its first point:
+            front_rows = exhaustive_front(table)  # the skyline of the same table (the front the walk finds)
         solves += rec_solves
         proven = proven_rec and proven_front
-        if rec is None:  # time limit before any solution: the first front point, else the oracle order
-            rec = front_rows[0] if front_rows else exhaustive_pick(table, key)
+        if rec is None:  # time limit before any solution: the same rule applied to the table directly
+            rec, cap = pick_exhaustive(table, rule, key, req)
             proven = False
     t_solve = time.perf_counter() - t_solve0
 
