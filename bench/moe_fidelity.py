@@ -118,8 +118,25 @@ def _splits(l: int, p: int, vpp: int):
     return out
 
 
+#: Recipe completion of the Megatron-Bridge rows (bench/moe_recipes.yaml: etp, recompute, dispatcher,
+#: EP overlap, MTP read from the framework's perf recipe at the row's release, with repo@commit path).
+RECIPES_PATH = __import__("pathlib").Path(__file__).with_name("moe_recipes.yaml")
+
+
+def recipe_for(row: dict) -> dict | None:
+    """The moe_recipes.yaml entry of a CSV row (model, GPU, GPUs, container, precision), or None."""
+    import yaml
+
+    if not hasattr(recipe_for, "entries"):
+        recipe_for.entries = yaml.safe_load(RECIPES_PATH.read_text(encoding="utf-8"))["entries"]
+    key = {"model": row["model"], "gpu": row["gpu"], "num_gpus": _int(row["num_gpus"]),
+           "version": (row.get("container_or_version") or "").strip(), "precision": (row.get("precision") or "").strip()}
+    return next((e for e in recipe_for.entries if e["match"] == key), None)
+
+
 def _row_candidates(row: dict, model: ModelSpec, group: str, gpu: str, n: int):
     notes = f"{row.get('notes', '')}"
+    rec = recipe_for(row)
     tp, pp, cp = _int(row["tp"]) or 1, _int(row["pp"]) or 1, _int(row["cp"]) or 1
     vpp, mb, gb, seq = _int(row["vpp"]), _int(row["micro_batch"]), _int(row["global_batch"]), _int(row["seq_len"])
     ep, etp = _int(row["ep"]) or 1, _int(row["etp"])
@@ -128,6 +145,7 @@ def _row_candidates(row: dict, model: ModelSpec, group: str, gpu: str, n: int):
     if re.search(r"EP printed '-'", notes):  # AutoModel's table prints '-': its default, not stated
         eps = sorted({e for e in (1, 8, n // (tp * pp * cp)) if model.num_experts % e == 0})
         assumed.append("ep")
+    etp = etp or (rec or {}).get("etp")
     etps = [etp] if etp else sorted({1, tp})
     if not etp:
         assumed.append("etp")
@@ -140,7 +158,9 @@ def _row_candidates(row: dict, model: ModelSpec, group: str, gpu: str, n: int):
     rc_raw = (row.get("recompute") or "").strip().lower()
     rcs = ["full"] if rc_raw.startswith("full") else ["selective"] if rc_raw.startswith("selective") else \
         ["none", "selective", "full"]
-    if not rc_raw:
+    if not rc_raw and rec:
+        rcs = [rec["recompute"]]
+    elif not rc_raw:
         assumed.append("recompute")
     zero = 3 if group == "nemo-automodel" or re.search(r"FSDP On", notes) else 1
     precision = PRECISION[(row.get("precision") or "bf16").strip().lower()]
@@ -150,12 +170,16 @@ def _row_candidates(row: dict, model: ModelSpec, group: str, gpu: str, n: int):
     if re.search(r"dispatcher A2A|alltoall dispatcher", notes):
         flex = False
     dispatchers = ["flex"] if flex else ["alltoall"]
-    if group == "megatron-bridge":  # its tables do not print the dispatcher; its recipes use both
+    if rec:
+        dispatchers = [rec["dispatcher"]]
+    elif group == "megatron-bridge":  # its tables do not print the dispatcher; its recipes use both
         dispatchers = ["alltoall", "flex"]
         assumed.append("dispatcher")
     said_overlap = bool(re.search(r"A2A overlap|1f1b overlap|DualPipe", notes, re.I))
     overlaps = [True] if said_overlap else ([False, True] if group == "megatron-bridge" else [False])
-    if group == "megatron-bridge" and not said_overlap:
+    if rec and not said_overlap:
+        overlaps = [bool(rec["moe_overlap"])]
+    elif group == "megatron-bridge" and not said_overlap:
         assumed.append("moe_overlap")
     out = []
     for e_tp, v, b, r, ov, disp, ep in product(etps, vpps, mbs, rcs, overlaps, dispatchers, eps):
@@ -198,6 +222,9 @@ def load_moe_runs(verbose: bool = True) -> tuple[list[MoERun], list[tuple[str, s
             skipped.append((label, "no catalog model"))
             continue
         model = get_model(key)
+        rec = recipe_for(row)
+        if rec and rec.get("mtp_layers") is not None and rec["mtp_layers"] != model.mtp_num_layers:
+            model = model.model_copy(update={"mtp_num_layers": rec["mtp_layers"]})  # the recipe's MTP depth
         try:
             gpu = _gpu_for(row)
         except InputError:
@@ -261,9 +288,9 @@ def _grouped(runs):
     if key not in _GROUPS:
         by = defaultdict(list)
         for r in runs:
-            by[(r.model_key, r.gpu)].append(r)
+            by[(r.model_key, r.gpu, r.model.mtp_num_layers)].append(r)
         out = []
-        for (mk, g), rs in by.items():
+        for (mk, g, _), rs in by.items():
             plans = [p for r in rs for p in r.candidates]
             cuts = np.cumsum([0] + [len(r.candidates) for r in rs])
             out.append((rs[0].model, g, PlanArrays.from_plans(plans, rs[0].model.num_layers), rs, cuts))
