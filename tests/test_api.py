@@ -389,3 +389,25 @@ def test_doc_json_request_runs(tmp_path):
     assert p.returncode == 0, p.stderr
     res = SearchResult.model_validate_json(p.stdout)  # JSON by default for a request file
     assert res.request == req
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"tp": "8"}, "plan: tp: Input should be a valid integer (got '8')"),
+        ({"tp": 8.0}, "plan: tp: Input should be a valid integer (got 8.0)"),
+        ({"tp": True}, "plan: tp: True holds a boolean"),
+        ({"zero_stage": "3"}, "plan: zero_stage:"),
+    ],
+)
+def test_estimate_fields_are_validated_strictly_like_requests(fields, message):
+    """estimate()'s plan fields follow the request's strict types: "8" is not a count and the
+    error is one InputError line naming the field (not a pydantic dump)."""
+    from plan_search.models.io import InputError
+
+    with pytest.raises(InputError) as exc:
+        planner.estimate("gpt3-175b", "a100-80gb", num_gpus=1024, pp=8, **fields)
+    text = str(exc.value)
+    assert text.startswith(message) and "\n" not in text
+    good = planner.estimate("gpt3-175b", "a100-80gb", num_gpus=1024, pp=8, tp=8)
+    assert good.plan.tp == 8 and good.step_time_s > 0

@@ -235,11 +235,24 @@ def estimate(
         fields.setdefault("global_batch", m.global_batch)
         fields.setdefault("seq_len", m.seq_len)
         plan = fields
-    p = plan if isinstance(plan, Plan) else Plan(**plan)
+    p = plan if isinstance(plan, Plan) else _plan_from_fields(plan)
     check_plan(m, c, p)
     x = PlanArrays.from_plans([p], m.num_layers)
     r = evaluate(m, c, x, memory_headroom=memory_headroom, tokens=tokens, checkpoint_interval_h=checkpoint_interval_h)
     return pack(m, c, p, r, 0, tokens)
+
+
+def _plan_from_fields(fields: dict) -> Plan:
+    """A plan from caller-given fields, validated strictly as requests are (``tp="8"`` is not a
+    count, ``True`` is not a number): one InputError naming the field, never a pydantic dump."""
+    from pydantic import ValidationError
+
+    from plan_search.models.io import validation_message
+
+    try:
+        return Plan.model_validate(fields, strict=True)
+    except ValidationError as exc:
+        raise InputError(validation_message(exc, "plan")) from None
 
 
 def pack(m: ModelSpec, c: ClusterSpec, p: Plan, r: dict, i: int, tokens: float | None) -> Estimate:
