@@ -173,8 +173,33 @@ def activation_bytes_per_token(model: ModelSpec, x: PlanArrays) -> dict:
     return {"replicated": replicated + mla_latent, "tp_region": tp_region + mla_tp, "scores": scores}
 
 
+def rerun_peak_extra_bytes_per_token(model: ModelSpec, x: PlanArrays):
+    """Bytes per token (on one GPU) the layer re-run by full recomputation holds at the peak of
+    its backward beyond its whole stored set. Autograd frees a node's saved tensors once the node
+    has run (``retain_graph=False``), so the backward of a layer peaks at one of two instants
+    (Megatron-LM ``megatron/model/transformer.py`` at the 2021 releases -- ParallelMLP, then
+    ParallelAttention with the fused scaled-masked softmax that saves only its output): (1) its
+    first GEMM backward, the MLP down projection, allocates the gradient of its input (``2 f / t``
+    B) while every saved tensor is live -- the gradient arriving at the layer output (``2 h``)
+    offsets the layer input, which is counted already as the checkpoint; (2) without
+    FlashAttention, the backward of ``probs @ V`` allocates the gradient of the attention
+    probabilities (``2 a s / t`` B) once the MLP's saved inputs are freed. Dense layers; a MoE
+    layer's is left to its own accounting (issue 13)."""
+    m = model
+    t = x.tp.astype(float)
+    if m.is_moe or not m.ffn_hidden_size:
+        return np.zeros(len(x))
+    f = m.ffn_hidden_size
+    gemm_in = compute.gemm_input_bytes(x)
+    mlp_saved = ((4.0 if m.gated else 2.0) * f + f * gemm_in) / t
+    probs_grad = np.where(x.fa, 0.0, 2.0 * m.num_heads * (x.seq / x.cp) / t)
+    return np.maximum(2.0 * f / t, probs_grad - mlp_saved)
+
+
 def _layer_bytes(model: ModelSpec, x: PlanArrays):
-    """(stored, recomputed, rematerialised) bytes of one layer and micro-batch on one GPU."""
+    """(stored, recomputed, rematerialised) bytes of one layer and micro-batch on one GPU;
+    ``rematerialised`` is the re-run layer at the peak of its backward
+    (:func:`rerun_peak_extra_bytes_per_token`)."""
     T = (x.mb * x.seq // x.cp).astype(float)
     t = x.tp.astype(float)
     r = activation_bytes_per_token(model, x)
@@ -183,7 +208,7 @@ def _layer_bytes(model: ModelSpec, x: PlanArrays):
     base = replicated + r["tp_region"] / t
     stored = T * (base + np.where((~x.fa) & (x.recompute == 0), scores, 0.0))
     recomputed = T * 2.0 * model.hidden_size * np.where(x.sp, 1.0 / t, 1.0)
-    remat = T * (base + np.where(x.fa, 0.0, scores))
+    remat = T * (base + np.where(x.fa, 0.0, scores) + rerun_peak_extra_bytes_per_token(model, x))
     return stored, recomputed, remat
 
 
@@ -195,8 +220,9 @@ def layer_activation_bytes(model: ModelSpec, x: PlanArrays):
 
 
 def rematerialised_layer_bytes(model: ModelSpec, x: PlanArrays):
-    """What one layer holds while full recomputation re-runs its forward in the backward: its
-    whole stored set, the attention scores included unless FlashAttention is on."""
+    """What one layer holds at the peak of its backward when full recomputation re-runs it: its
+    whole stored set, the attention scores included unless FlashAttention is on, plus the
+    gradient allocated at that instant (:func:`rerun_peak_extra_bytes_per_token`)."""
     return _layer_bytes(model, x)[2]
 
 
@@ -253,11 +279,15 @@ def largest_module_params(model: ModelSpec, x: PlanArrays, stage: str):
     return np.maximum(experts.layer_params_local(model, x), ends)
 
 
-#: DeepSpeed ZeRO-3's defaults (``deepspeed/runtime/zero/config.py``, ``DeepSpeedZeroConfig``:
-#: ``stage3_max_live_parameters`` 1e9, ``stage3_prefetch_bucket_size`` 5e7 * 10 = 5e8): at most
-#: this many gathered parameters are kept live, and this many are fetched ahead.
+#: DeepSpeed ZeRO-3's defaults: ``stage3_max_live_parameters`` 1e9 and ``stage3_prefetch_bucket_size``
+#: 5e7 (``deepspeed/runtime/zero/constants.py`` at v0.3.13-v0.5.x, the 2021 releases:
+#: ZERO_OPTIMIZATION_MAX_LIVE_PARAMETERS_DEFAULT = 1000000000, ZERO_OPTIMIZATION_PREFETCH_BUCKET_SIZE_DEFAULT
+#: = 50000000; ``deepspeed/runtime/zero/config.py`` at 38327e0 (2025): ``pp_int(1e9)``, ``pp_int(5e7)``).
+#: The prefetch runs only while fewer than ``stage3_max_live_parameters`` gathered parameters are
+#: available (``stage3.py`` at v0.3.16, ``PartitionedParameterCoordinator.prefetch_next_sub_modules``):
+#: a sub-module of 1e9 parameters or more is gathered alone.
 DS_MAX_LIVE_PARAMS = 1e9
-DS_PREFETCH_PARAMS = 5e8
+DS_PREFETCH_PARAMS = 5e7
 
 
 def largest_submodule_params(model: ModelSpec, x: PlanArrays, stage: str):
@@ -331,12 +361,16 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     mask = (h if model.dropout else 0.0) / sp_div
     embed = np.where(has_embed, chunks / x.vpp * T * (8.0 + mask), 0.0)
     output = np.where(has_output, T * (4.0 * h / sp_div + 4.0 * V / x.tp), 0.0)
-    activations = layer_acts + embed + output
-
-    # -- transients of the backward moment (the larger: they never coincide)
+    # -- the backward's two candidate instants (they never coincide): the loss's backward, with the
+    # output layer's stored inputs and fp32 logits and the loss buffers; and the backward of a layer
+    # re-run by full recomputation. The loss and output layer run their backward before any layer,
+    # and autograd frees their saved tensors once they have run, so at the re-run layer's instant
+    # the output buffers are gone (they count only while the stage's micro-batch sits at the loss).
     remat_t = np.where(n_rc > 0, remat, 0.0)
     loss_t = np.where(has_output, LOSS_EXTRA_BYTES_PER_LOGIT * T * V / x.tp, 0.0)
-    transient = np.maximum(remat_t, loss_t)
+    at_loss = output + loss_t >= remat_t
+    activations = layer_acts + embed + np.where(at_loss, output, 0.0)
+    transient = np.where(at_loss, loss_t, remat_t)
 
     # -- ZeRO-3 / FSDP gathers
     largest = largest_module_params(model, x, stage)
@@ -347,7 +381,8 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
         sub = largest_submodule_params(model, x, stage)
         layer = experts.layer_params_local(model, x)
         live = np.maximum(sub, np.minimum(layer, DS_MAX_LIVE_PARAMS))
-        resharded = 2.0 * (live + DS_PREFETCH_PARAMS) + np.where(x.fp32_grads, 2.0 + 4.0, 2.0) * sub
+        ahead = np.where(live >= DS_MAX_LIVE_PARAMS, 0.0, DS_PREFETCH_PARAMS)
+        resharded = 2.0 * (live + ahead) + np.where(x.fp32_grads, 2.0 + 4.0, 2.0) * sub
     kept = 2.0 * psi + unsharded_grad
     gather = np.where((x.zero >= 3) & (d > 1), np.where(x.reshard, resharded, kept), 0.0)
 
