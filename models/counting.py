@@ -40,6 +40,8 @@ from __future__ import annotations
 import math
 from typing import Literal, NamedTuple
 
+import numpy as np
+
 from plan_search.models.spec import ModelSpec
 
 Recompute = Literal["none", "selective", "full"]
@@ -261,46 +263,63 @@ def mtp_active_params(m: ModelSpec) -> int:
 
 
 # ---------------------------------------------------------------- attention span
-def _local_causal_span(kind: str, window: int, s: float) -> float:
-    """Mean keys per query of a causal local layer over a sequence of ``s`` tokens.
+def _scalar_or_array(v):
+    """A 0-d result as a Python float (the scalar API), an array as it is."""
+    return float(v) if np.ndim(v) == 0 else v
+
+
+def _local_causal_span(kind: str, window: int, s):
+    """Mean keys per query of a causal local layer over a sequence of ``s`` tokens (a number or an
+    array of sequence lengths).
 
     Sliding window ``w`` (query ``i`` sees ``min(i, w)`` keys): ``w - w^2/(2s)`` when ``w < s``;
     chunks of ``c`` (query sees the keys of its chunk up to itself): ``(n*c^2 + r^2) / (2s)``
     with ``n = s // c`` whole chunks and ``r`` tokens left over. Both are ``s/2`` when the window
     covers the sequence (continuous counting, as ``s/2`` for full causal attention).
     """
-    if window >= s:
-        return s / 2
+    s = np.asarray(s, dtype=float)
     if kind == "sliding":
-        return window - window * window / (2 * s)
-    n, r = divmod(s, window)
-    return (n * window * window + r * r) / (2 * s)
+        local = window - window * window / (2 * s)
+    else:
+        n, r = np.floor_divide(s, window), np.mod(s, window)
+        local = (n * window * window + r * r) / (2 * s)
+    return np.where(window >= s, s / 2, local)
 
 
-def attention_span(m: ModelSpec, seq_len: int, layer: int | None = None, causal: bool = False,
-                   local: bool | None = None) -> float:
+def attention_span(m: ModelSpec, seq_len, layer: int | None = None, causal: bool = False,
+                   local: bool | None = None):
     """Keys each query is charged for in one layer: ``s`` (full, non-causal counting),
     ``s/2`` (causal), or the local window's share for sliding/chunked layers.
 
-    Give ``layer`` (0-based) or ``local`` (True: a local layer, False: a global one). The
-    activation memory of unfused attention scores per head is ``seq_len * span``; the FLOPs of
-    the attention products are ``2 * span * a * (hd + vd)`` per token.
+    Give ``layer`` (0-based) or ``local`` (True: a local layer, False: a global one). ``seq_len``
+    may be a numpy array (the cost model's candidates): the result is then an array. The FLOPs of
+    the attention products are ``2 * span * a * (hd + vd)`` per token. The window is work a
+    *fused* kernel skips (FlashAttention-2's and cuDNN's ``window_size``); an unfused kernel
+    computes and stores the whole ``s x s`` score matrix and applies the window as a mask
+    (Megatron-Core ``DotProductAttention.forward``: ``baddbmm`` over ``[b*np, sq, sk]``, the window
+    through ``FusedScaleMaskSoftmax(window_size=...)``, megatron/core/transformer/
+    dot_product_attention.py @ d98e8a64), so its FLOPs and score memory are the global layer's.
     """
     if local is None:
         local = m.is_local_attention_layer(layer) if layer is not None else False
-    s = float(seq_len)
+    s = np.asarray(seq_len, dtype=float)
     causal_span = _local_causal_span(m.attention_window_kind, m.attention_window, s) if (
         local and m.attention_window is not None) else s / 2
-    return causal_span if causal else 2.0 * causal_span
+    return _scalar_or_array(causal_span if causal else 2.0 * causal_span)
 
 
-def total_attention_span(m: ModelSpec, seq_len: int, causal: bool = False) -> float:
+def total_attention_span(m: ModelSpec, seq_len, causal: bool = False):
     """Sum of :func:`attention_span` over all blocks (global and local layers)."""
     n_local = m.num_local_attention_layers
     total = (m.num_layers - n_local) * attention_span(m, seq_len, causal=causal, local=False)
     if n_local:
-        total += n_local * attention_span(m, seq_len, causal=causal, local=True)
+        total = total + n_local * attention_span(m, seq_len, causal=causal, local=True)
     return total
+
+
+def local_attention_layers_between(m: ModelSpec, start: int, stop: int) -> int:
+    """Local (windowed) attention blocks among blocks ``start .. stop-1`` (a pipeline stage's share)."""
+    return sum(1 for i in range(max(start, 0), min(stop, m.num_layers)) if m.is_local_attention_layer(i))
 
 
 # ---------------------------------------------------------------- FLOPs
@@ -349,13 +368,14 @@ def layer_gemm_flops_per_token(m: ModelSpec) -> float:
     return dense + (n_moe * moe_layer_gemm_flops_per_token(m) if n_moe else 0.0)
 
 
-def attention_products_flops_per_token(m: ModelSpec, span: float) -> float:
+def attention_products_flops_per_token(m: ModelSpec, span):
     """Forward FLOPs per token of one layer's ``QK^T`` and ``A V`` over ``span`` keys."""
     return 2.0 * span * m.num_heads * (m.head_dim + m.v_head_dim)
 
 
-def attention_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = False) -> float:
-    """Forward FLOPs per token of ``QK^T`` and ``A V`` over all blocks (local layers at their window)."""
+def attention_flops_per_token(m: ModelSpec, seq_len, causal: bool = False):
+    """Forward FLOPs per token of ``QK^T`` and ``A V`` over all blocks (local layers at their window;
+    ``seq_len`` a number or a numpy array)."""
     return attention_products_flops_per_token(m, total_attention_span(m, seq_len, causal))
 
 
@@ -364,7 +384,7 @@ def logits_flops_per_token(m: ModelSpec) -> float:
     return 2.0 * m.hidden_size * m.vocab_size
 
 
-def _mtp_terms(m: ModelSpec, seq_len: int, causal: bool) -> tuple[float, float, float]:
+def mtp_flops_terms_per_token(m: ModelSpec, seq_len, causal: bool = False) -> tuple:
     """(block GEMMs, attention products, projection + logits) forward FLOPs per token of all MTP depths.
 
     The MTP block attends over the full sequence (DeepSeek-V3's MTP block is a global-attention layer).
@@ -380,7 +400,7 @@ def _mtp_terms(m: ModelSpec, seq_len: int, causal: bool) -> tuple[float, float, 
 
 def mtp_flops_per_token(m: ModelSpec, seq_len: int | None = None, causal: bool = False) -> float:
     """Forward FLOPs per token of the multi-token-prediction depths (0 without MTP)."""
-    return sum(_mtp_terms(m, seq_len or m.seq_len, causal))
+    return sum(mtp_flops_terms_per_token(m, seq_len or m.seq_len, causal))
 
 
 def forward_flops_per_token(m: ModelSpec, seq_len: int | None = None, causal: bool = False,
@@ -407,7 +427,7 @@ def training_flops_per_token(
     gemm = layer_gemm_flops_per_token(m)
     attn = attention_flops_per_token(m, s, causal)
     logits = logits_flops_per_token(m)
-    mtp_block, mtp_attn, mtp_head = _mtp_terms(m, s, causal) if mtp else (0.0, 0.0, 0.0)
+    mtp_block, mtp_attn, mtp_head = mtp_flops_terms_per_token(m, s, causal) if mtp else (0.0, 0.0, 0.0)
     gemm, attn = gemm + mtp_block, attn + mtp_attn
     flops = 3.0 * (gemm + attn + logits + mtp_head)
     if recompute == "full":

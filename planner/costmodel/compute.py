@@ -4,9 +4,12 @@
   shard) at ``peak * efficiency(min(K, N))`` — the calibrated curve of
   :class:`hardware.spec.EfficiencySpec` — and never faster than streaming the operands from HBM
   (roofline: ``max(compute, bytes / achievable HBM bandwidth)``).
-- Attention products: ``4 * tokens * s_kv * a * hd / tp`` FLOPs forward (Narayanan et al. 2021);
-  a causal FlashAttention kernel skips the masked half. Without FlashAttention the scores are
-  materialised and softmax/dropout are priced as memory-bound work.
+- Attention products: ``2 * tokens * span * a * (hd + vd) / tp`` FLOPs forward
+  (:func:`models.counting.attention_flops_per_token`; ``4 * tokens * s * a * hd`` for MHA,
+  Narayanan et al. 2021); a causal FlashAttention kernel skips the masked half and, on
+  sliding-window/chunked layers (GPT-OSS, Gemma, Llama 4), everything outside the window. Without
+  FlashAttention the whole ``s x s`` scores are materialised on every layer (a window is only a
+  mask) and softmax/dropout are priced as memory-bound work.
 - Memory-bound work (norms, residual adds, dropout, activation functions, rotary, softmax without
   FlashAttention) in bytes moved per token, priced at ``hbm_bandwidth * hbm_eff``. With sequence
   parallelism the norm/residual/dropout region is split over ``tp`` (Korthikanti et al. 2022).
@@ -29,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from plan_search.hardware.spec import ClusterSpec
+from plan_search.models import counting
 from plan_search.models.spec import ModelSpec
 
 from plan_search.planner.costmodel.arrays import PlanArrays
@@ -158,10 +162,17 @@ def layer_gemm_fwd_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
 
 
 def attention_fwd_flops(model: ModelSpec, x: PlanArrays):
-    """FLOPs of ``QK^T`` and ``A V`` of one layer, one micro-batch, one GPU (work done)."""
+    """FLOPs of ``QK^T`` and ``A V`` of one layer (the mean over the model's layers), one
+    micro-batch, one GPU (work done), from :mod:`models.counting` (``2 * span * a * (hd + vd)`` per
+    token: ``a * hd`` need not be ``h``, MLA's ``A V`` runs at ``v_head_dim``). FlashAttention
+    skips the masked blocks: the causal span, local layers only their window
+    (:func:`counting.attention_flops_per_token` with ``causal=True``). Unfused attention computes
+    the whole ``s x s`` square on every layer, windowed or not (the window is a mask there;
+    :func:`counting.attention_span`)."""
     T = tokens_per_gpu(x)
-    full = 4.0 * T * x.seq * model.num_heads * model.head_dim / x.tp
-    return np.where(x.fa, 0.5 * full, full)  # causal FlashAttention skips masked blocks
+    fused = counting.attention_flops_per_token(model, x.seq, causal=True) / model.num_layers
+    unfused = counting.attention_products_flops_per_token(model, x.seq.astype(float))  # span s: the square
+    return T * np.where(x.fa, fused, unfused) / x.tp
 
 
 def attention_fwd_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):

@@ -36,11 +36,14 @@ CHECKPOINT_BYTES_PER_PARAM = 14.0
 
 
 def _flops_per_token_terms(model: ModelSpec, x: PlanArrays):
-    """Weight-GEMM, attention (full, non-causal count) and logits forward FLOPs per token."""
-    s = x.seq.astype(float)
-    gemm = counting.layer_gemm_flops_per_token(model)
-    attn = 4.0 * s * model.num_heads * model.head_dim * model.num_layers
-    return gemm, attn, counting.logits_flops_per_token(model)
+    """Weight-GEMM, attention (non-causal count, local layers at their window:
+    :func:`counting.attention_flops_per_token`) and logits forward FLOPs per token, each with its
+    share of the multi-token-prediction depths (DeepSeek-V3; Megatron-LM's
+    ``num_floating_point_operations`` counts them too: training.py @ d98e8a64)."""
+    mtp_block, mtp_attn, mtp_head = counting.mtp_flops_terms_per_token(model, x.seq, causal=False)
+    gemm = counting.layer_gemm_flops_per_token(model) + mtp_block
+    attn = counting.attention_flops_per_token(model, x.seq, causal=False) + mtp_attn
+    return gemm, attn, counting.logits_flops_per_token(model) + mtp_head
 
 
 def model_flops_per_iteration(model: ModelSpec, x: PlanArrays):
@@ -81,15 +84,8 @@ def evaluate(
     :func:`memory.peak_memory` of ``x`` when the caller priced it already (the search, memory first)."""
     st = step.step_time(model, cluster, x)
     mem, usable, fits = memory_fit(model, cluster, x, memory_headroom, memory_breakdown)
-    step_s = st["step_s"]
-    n = x.num_gpus.astype(float)
-    tokens_per_step = x.gb.astype(float) * x.seq
-    tok_s = tokens_per_step / step_s
-    peak_bf16 = cluster.gpu.peak("bf16") * 1e12
-    model_tflops = model_flops_per_iteration(model, x) / step_s / n / 1e12
-    hw_tflops = hardware_flops_per_iteration(model, x) / step_s / n / 1e12
     out = {
-        "step_s": step_s,
+        "step_s": st["step_s"],
         "breakdown": st["breakdown"],
         "raw": st["raw"],
         "bubble_fraction": st["bubble_fraction"],
@@ -99,28 +95,52 @@ def evaluate(
         "memory_reserved_gib": mem["reserved"] / GIB,
         "memory_usable_gib": np.full(len(x), usable / GIB),
         "fits": fits,
-        "tokens_per_s": tok_s,
-        "tokens_per_s_per_gpu": tok_s / n,
-        "model_tflops_per_gpu": model_tflops,
-        "hardware_tflops_per_gpu": hw_tflops,
-        "mfu": model_tflops * 1e12 / peak_bf16,
-        "hfu": hw_tflops * 1e12 / peak_bf16,
     }
+    out.update(run_figures(model, cluster, x, st, tokens, checkpoint_interval_h))
+    out["bottleneck"] = bottleneck(cluster, x, st["breakdown"], fits, out["data_read_s"] > out["step_s"])
+    return out
+
+
+def run_figures(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st: dict, tokens: float | None,
+                checkpoint_interval_h: float = 1.0, lean: bool = False) -> dict:
+    """The figures of :func:`evaluate` that follow from the step time ``st`` (:func:`step.step_time`
+    of ``x``): throughput, MFU/HFU, comm ratio, power, data reading, checkpoints and, for a token
+    budget, days, GPU-hours, dollars and energy. ``lean``: only what the search keeps for every
+    candidate (comm ratio, power, MFU and the run figures; no HFU, per-GPU rates or checkpoint
+    columns) -- the same operations on the same values, so the figures are identical."""
+    step_s = st["step_s"]
+    n = x.num_gpus.astype(float)
+    tokens_per_step = x.gb.astype(float) * x.seq
+    peak_bf16 = cluster.gpu.peak("bf16") * 1e12
+    model_tflops = model_flops_per_iteration(model, x) / step_s / n / 1e12
+    out = {"step_s": step_s}
+    if not lean:
+        tok_s = tokens_per_step / step_s
+        hw_tflops = hardware_flops_per_iteration(model, x) / step_s / n / 1e12
+        out.update({
+            "tokens_per_s": tok_s,
+            "tokens_per_s_per_gpu": tok_s / n,
+            "model_tflops_per_gpu": model_tflops,
+            "hardware_tflops_per_gpu": hw_tflops,
+            "hfu": hw_tflops * 1e12 / peak_bf16,
+        })
+    out["mfu"] = model_tflops * 1e12 / peak_bf16
     exposed_comm = sum(st["breakdown"][k] for k in ("tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s", "ep_comm_s"))
     out["comm_ratio"] = exposed_comm / step_s
-    out["power_kw"] = n * cluster.gpu.tdp_w * cluster.pue / 1000.0
+    out["power_kw"] = power_kw(cluster, x)
     # Data loading and checkpoints.
     bytes_per_token = 2.0 if model.vocab_size <= 65536 else 4.0
     read_s = tokens_per_step * bytes_per_token / (cluster.storage_read_gbps * 1e9)
     out["data_read_s"] = read_s
-    out["data_loading_ok"] = read_s <= step_s
     ckpt_s = counting.total_params(model) * CHECKPOINT_BYTES_PER_PARAM / (cluster.storage_write_gbps * 1e9)
-    out["checkpoint_write_s"] = np.full(len(x), ckpt_s)
     # Every interval I of training is followed by one blocking write of w seconds: the run is
     # train x (1 + w/I), of which the writes are the share (w/I) / (1 + w/I) = w / (I + w) -- what
     # "of the run" means (w / I is the growth over the training time, not a share of the run).
     ckpt_growth = ckpt_s / (checkpoint_interval_h * 3600.0)
-    out["checkpoint_overhead_fraction"] = np.full(len(x), ckpt_growth / (1.0 + ckpt_growth))
+    if not lean:
+        out["data_loading_ok"] = read_s <= step_s
+        out["checkpoint_write_s"] = np.full(len(x), ckpt_s)
+        out["checkpoint_overhead_fraction"] = np.full(len(x), ckpt_growth / (1.0 + ckpt_growth))
     if tokens:
         steps = np.ceil(tokens / tokens_per_step)
         run_s = steps * np.maximum(step_s, read_s) * (1.0 + ckpt_growth)
@@ -131,8 +151,20 @@ def evaluate(
         out["cost_usd"] = hours * n * cluster.price_per_gpu_hour_usd
         out["energy_kwh"] = hours * out["power_kw"]
         out["energy_cost_usd"] = out["energy_kwh"] * cluster.energy_price_usd_per_kwh
-    out["bottleneck"] = bottleneck(cluster, x, st["breakdown"], fits, read_s > step_s)
     return out
+
+
+def power_kw(cluster: ClusterSpec, x: PlanArrays):
+    """Power of a plan's GPUs, kW: GPUs x TDP x PUE (the board at its rated power: an upper bound)."""
+    return x.num_gpus.astype(float) * cluster.gpu.tdp_w * cluster.pue / 1000.0
+
+
+def search_figures(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, tokens: float | None,
+                   checkpoint_interval_h: float = 1.0) -> dict:
+    """What the search keeps of :func:`evaluate` for every candidate it times (memory priced apart,
+    before): :func:`step.step_time` and the lean :func:`run_figures`, without the memory breakdown
+    and the bottleneck (computed again, by :func:`evaluate`, for the plans it reports)."""
+    return run_figures(model, cluster, x, step.step_time(model, cluster, x), tokens, checkpoint_interval_h, lean=True)
 
 
 BOTTLENECKS = ("compute", "hbm_bandwidth", "nvlink", "nic", "all-to-all (nvlink)", "all-to-all (nic)", "bubble",

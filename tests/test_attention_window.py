@@ -1,0 +1,145 @@
+"""Sliding-window / chunked attention and MLA head widths in the step time and MFU (issue 13).
+
+The cost model prices the attention products with :mod:`models.counting` (one formula): a fused
+(FlashAttention) kernel does the causal span, local layers only their window; an unfused kernel
+computes and stores the whole ``s x s`` square on every layer (the window is a mask). Checked end to
+end through ``plan_search.estimate`` on GPT-OSS-120B (sliding window 128 on every other layer),
+Llama 4 Scout (chunks of 8192 on three layers of four), DeepSeek-V3 (MLA: ``A V`` at
+``v_head_dim``) and full-attention models whose figures must not move.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import plan_search as ps
+from plan_search.hardware.catalog import get_cluster
+from plan_search.models import counting
+from plan_search.models.catalog import get_model
+from plan_search.models.spec import ModelSpec
+from plan_search.planner.costmodel.compute import FA_BACKWARD_RATIO
+
+H100 = get_cluster("h100-sxm")
+A100 = get_cluster("a100-80gb")
+
+
+def without_window(m: ModelSpec) -> ModelSpec:
+    """The same model with every layer global (validated like a user's spec)."""
+    d = m.model_dump()
+    d.update(attention_window=None, global_attention_every=0, name=m.name + "-full")
+    return ModelSpec.model_validate(d)
+
+
+# one pipeline stage, no recomputation: the step's compute is every layer's forward + backward
+OSS_PLAN = dict(num_gpus=8, tp=1, pp=1, ep=8, global_batch=64, seq_len=4096, recompute="none")
+
+
+def _attention_seconds_per_step(m: ModelSpec, plan: dict, cluster) -> float:
+    """Seconds one GPU spends in FlashAttention over a step, from the counting alone."""
+    tokens_per_gpu = plan["global_batch"] * plan["seq_len"] / (plan["num_gpus"] // (plan.get("tp", 1) * plan.get("pp", 1)))
+    flops = tokens_per_gpu * counting.attention_flops_per_token(m, plan["seq_len"], causal=True) / plan.get("tp", 1)
+    rate = cluster.gpu.peak("bf16") * 1e12 * cluster.efficiency.attention_eff
+    return flops * (1.0 + FA_BACKWARD_RATIO) / rate
+
+
+def test_gpt_oss_window_saves_exactly_the_counted_attention_flops():
+    win = get_model("gpt-oss-120b")
+    full = without_window(win)
+    assert win.num_local_attention_layers == 18 and win.attention_window == 128
+    e_win = ps.estimate(win, "h100", **OSS_PLAN)
+    e_full = ps.estimate(full, "h100", **OSS_PLAN)
+    expected = _attention_seconds_per_step(full, OSS_PLAN, H100) - _attention_seconds_per_step(win, OSS_PLAN, H100)
+    # the counting: 18 of 36 layers see w - w^2/(2s) = 126 keys instead of s/2 = 2048
+    s, w = 4096, 128
+    share = 1 - (18 * (w - w * w / (2 * s)) + 18 * s / 2) / (36 * s / 2)
+    assert counting.attention_flops_per_token(win, s, True) == pytest.approx(
+        (1 - share) * counting.attention_flops_per_token(full, s, True))
+    assert share == pytest.approx(0.46924, abs=1e-5)
+    d_compute = e_full.time.compute_s - e_win.time.compute_s
+    assert d_compute == pytest.approx(expected, rel=1e-9)
+    assert e_full.step_time_s - e_win.step_time_s == pytest.approx(expected, rel=1e-6)
+    # the attention is a real part of this step: the window saves 5.3% of it
+    assert (e_full.step_time_s - e_win.step_time_s) / e_full.step_time_s == pytest.approx(0.0528, abs=5e-4)
+    # everything else is the same plan
+    for k in ("memory_bound_s", "ep_comm_s", "optimizer_s", "overhead_s"):
+        assert getattr(e_win.time, k) == pytest.approx(getattr(e_full.time, k), rel=1e-12)
+    assert e_win.memory.peak_gib == pytest.approx(e_full.memory.peak_gib, rel=1e-12)
+
+
+def test_model_flops_count_the_window():
+    """MFU's numerator is counting's training FLOPs (non-causal, local layers at their window)."""
+    for name in ("gpt-oss-120b", "llama4-scout"):
+        m = get_model(name)
+        plan = dict(OSS_PLAN, seq_len=32768 if name == "llama4-scout" else 4096)
+        e = ps.estimate(m, "h100", **plan)
+        model_flops = e.model_tflops_per_gpu * 1e12 * e.step_time_s * plan["num_gpus"]
+        assert model_flops == pytest.approx(
+            counting.training_flops_per_iteration(m, plan["global_batch"], plan["seq_len"]), rel=1e-9)
+
+
+def test_unfused_attention_pays_the_full_square_on_windowed_layers():
+    """Without FlashAttention the window is a mask: time and stored scores are the global layer's."""
+    win = get_model("gpt-oss-120b")
+    full = without_window(win)
+    plan = dict(OSS_PLAN, flash_attention=False)
+    e_win, e_full = ps.estimate(win, "h100", **plan), ps.estimate(full, "h100", **plan)
+    assert e_win.step_time_s == pytest.approx(e_full.step_time_s, rel=1e-12)
+    assert e_win.memory.activations_gib == pytest.approx(e_full.memory.activations_gib, rel=1e-12)
+    # and the scores are stored: much more than with FlashAttention
+    e_fa = ps.estimate(win, "h100", **OSS_PLAN)
+    assert e_win.memory.activations_gib > 2 * e_fa.memory.activations_gib
+    # the MFU still counts only the window (the model's FLOPs, not the kernel's)
+    assert e_win.mfu < e_full.mfu
+
+
+def test_chunked_attention_llama4_scout():
+    """Chunks of 8192 on 3 of 4 layers at 32K tokens: the local layers do a quarter of the keys."""
+    m = get_model("llama4-scout")
+    full = without_window(m)
+    plan = dict(num_gpus=8, tp=1, pp=1, ep=8, global_batch=16, seq_len=32768, recompute="full")
+    e_win, e_full = ps.estimate(m, "h100", **plan), ps.estimate(full, "h100", **plan)
+    # full recomputation redoes one forward: 1 + 2.5 + 1 forward-equivalents of attention
+    tokens = 16 * 32768 / 8
+    d_flops = tokens * (counting.attention_flops_per_token(full, 32768, True)
+                        - counting.attention_flops_per_token(m, 32768, True))
+    rate = H100.gpu.peak("bf16") * 1e12 * H100.efficiency.attention_eff
+    d_compute = (e_full.time.compute_s - e_win.time.compute_s) + (e_full.time.recompute_s - e_win.time.recompute_s)
+    assert d_compute == pytest.approx(d_flops * (2.0 + FA_BACKWARD_RATIO) / rate, rel=1e-9)
+    assert counting.attention_flops_per_token(m, 32768, True) / counting.attention_flops_per_token(
+        full, 32768, True) == pytest.approx((3 * 4096 + 16384) / (4 * 16384))
+
+
+def test_mla_attention_core_runs_at_v_head_dim():
+    """DeepSeek-V3: QK^T at head_dim 192, A V at v_head_dim 128 -> 2 * span * a * 320 per token."""
+    m = get_model("deepseek-v3")
+    assert (m.head_dim, m.v_head_dim, m.num_heads) == (192, 128, 128)
+    assert counting.attention_flops_per_token(m, 4096, causal=True) == pytest.approx(61 * 4096 * 128 * 320)
+    plan = dict(num_gpus=1024, tp=2, pp=16, ep=64, global_batch=4096, seq_len=4096, recompute="full")
+    e = ps.estimate(m, "h100", **plan)
+    model_flops = e.model_tflops_per_gpu * 1e12 * e.step_time_s * plan["num_gpus"]
+    # the MFU numerator carries the MTP depth as Megatron's does (training.py num_floating_point_operations)
+    assert model_flops == pytest.approx(counting.training_flops_per_iteration(m, 4096, 4096), rel=1e-9)
+    assert model_flops > counting.training_flops_per_iteration(m, 4096, 4096, mtp=False)
+
+
+@pytest.mark.parametrize("name,gpu,plan,step_s,mfu", [
+    # pinned before and after the change (git 2d26395 and this commit): full attention does not move
+    ("gpt3-175b", "a100", dict(num_gpus=1024, tp=8, pp=8), 20.31544999937781, 0.5216787415831322),
+    ("llama3.1-70b", "h100", dict(num_gpus=64, tp=8, pp=4, vpp=5, seq_len=8192, global_batch=128),
+     19.413264976042843, 0.41066427791128796),
+    ("llama3.1-70b", "h100", dict(num_gpus=64, tp=8, pp=4, seq_len=4096, global_batch=128,
+                                  flash_attention=False, recompute="full"), 14.107928668426796, 0.2636430473450141),
+    ("qwen3-30b-a3b", "h100", dict(num_gpus=64, tp=2, pp=2, ep=8, global_batch=256),
+     2.392602785876913, 0.19319396279453205),
+])
+def test_full_attention_models_unchanged(name, gpu, plan, step_s, mfu):
+    e = ps.estimate(name, gpu, **plan)
+    assert e.step_time_s == pytest.approx(step_s, rel=1e-9)
+    assert e.mfu == pytest.approx(mfu, rel=1e-9)
+    # and a window covering the sequence is the same as no window
+    m = get_model(name)
+    d = m.model_dump()
+    d.update(attention_window=e.plan.seq_len, global_attention_every=2)
+    same = ps.estimate(ModelSpec.model_validate(d), gpu, **plan)
+    assert same.step_time_s == pytest.approx(e.step_time_s, rel=1e-12)
+    assert same.mfu == pytest.approx(e.mfu, rel=1e-12)
