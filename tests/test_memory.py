@@ -61,15 +61,22 @@ def test_gpt_first_stage_pp_gt_1_is_table2_times_layers_plus_the_embedding_mask(
 @pytest.mark.parametrize("sp,rc", CASES)
 def test_gpt_single_stage_adds_the_output_layer_and_fp32_logits(sp, rc):
     """pp = 1: one micro-batch of L layers, the embedding terms, and Megatron's
-    ``4sbh/t (1 + V/h)`` for the final norm / output-layer inputs and the fp32 logits."""
+    ``4sbh/t (1 + V/h)`` for the final norm / output-layer inputs and the fp32 logits -- held at
+    the loss's instant; under full recomputation, when the re-run layer's instant is the larger,
+    the output layer's buffers are freed by then and the peak's activations leave them out."""
     m, s, b, t = GPT3, 2048, 1, 8
     h, a, L, V = m.hidden_size, m.num_heads, m.num_layers, m.vocab_size
     plan = dict(num_gpus=8, tp=t, micro_batch=b, global_batch=8, seq_len=s, recompute=rc,
                 sequence_parallel=sp, flash_attention=False, zero=1)
     e = estimate(m, A100, plan)
     div = t if sp else 1
-    want = L * per_layer(s, b, h, a, t, sp, rc) + 8 * s * b + s * b * h / div + 4 * s * b * h / div + 4 * s * b * V / t
-    assert e.memory.activations_gib * GIB == pytest.approx(want, rel=1e-9)
+    output = 4 * s * b * h / div + 4 * s * b * V / t
+    want = L * per_layer(s, b, h, a, t, sp, rc) + 8 * s * b + s * b * h / div + output
+    x = PlanArrays.from_plans([Plan(**plan)], L)
+    remat = float(memory.rematerialised_layer_bytes(m, x)[0]) if rc == "full" else 0.0
+    at_loss = output + memory.LOSS_EXTRA_BYTES_PER_LOGIT * s * b * V / t >= remat
+    assert at_loss == (rc != "full")  # GPT-3 at t 8, no FlashAttention: the re-run layer is the larger
+    assert e.memory.activations_gib * GIB == pytest.approx(want - (0.0 if at_loss else output), rel=1e-9)
 
 
 def test_no_dropout_no_embedding_mask():
@@ -124,14 +131,39 @@ def test_zero3_gathers_the_largest_module_whole():
 
 def test_full_recompute_without_flash_attention_keeps_the_rematerialised_scores():
     """The layer re-run by full recomputation holds its whole stored set, the 5as/h scores
-    included without FlashAttention: sbh(34 + 5as/h)/t under SP (a middle stage: no loss buffers)."""
+    included without FlashAttention: sbh(34 + 5as/h)/t under SP (a middle stage: no loss buffers),
+    plus the gradient allocated at its backward's peak instant: the MLP down projection's input
+    gradient 2f = 8h B/token while everything is live, or, without FlashAttention, the attention
+    probabilities' gradient 2as once the MLP's saved inputs (16h: 2f + 2f) are freed -- the
+    larger, /t."""
     m, s, t = GPT3, 2048, 8
     h, a = m.hidden_size, m.num_heads
     plan = dict(num_gpus=32, tp=t, pp=4, micro_batch=1, global_batch=32, seq_len=s, recompute="full",
                 sequence_parallel=True, flash_attention=False, zero=1)
-    assert stage(m, plan, "middle")["transient"] == pytest.approx(s * h * (34 + 5 * a * s / h) / t, rel=1e-12)
+    extra = max(8 * h, 2 * a * s - 16 * h)  # GPT-3: 2as - 16h = 196,608 > 8h = 98,304
+    assert extra == 2 * a * s - 16 * h
+    assert stage(m, plan, "middle")["transient"] == pytest.approx(s * (h * (34 + 5 * a * s / h) + extra) / t,
+                                                                  rel=1e-12)
     fa = stage(m, dict(plan, flash_attention=True), "middle")["transient"]
-    assert fa == pytest.approx(s * h * 34 / t, rel=1e-12)
+    assert fa == pytest.approx(s * h * (34 + 8) / t, rel=1e-12)
+
+
+def test_rerun_peak_gradient_term_per_token():
+    """The term itself (planner.costmodel.memory.rerun_peak_extra_bytes_per_token): 2f/t with
+    FlashAttention; without it the larger of 2f/t and 2as/t - (2f + 2f)/t (bf16 GEMM inputs);
+    gated MLPs free 3f of their own (4f + 2f) first; MoE layers: none (their own accounting)."""
+    def term(model, **kw):
+        plan = dict(num_gpus=8, tp=8, micro_batch=1, global_batch=8, seq_len=4096, recompute="full", zero=1)
+        x = PlanArrays.from_plans([Plan(**dict(plan, **kw))], model.num_layers)
+        return float(memory.rerun_peak_extra_bytes_per_token(model, x)[0])
+
+    f, a = GPT3.ffn_hidden_size, GPT3.num_heads
+    assert term(GPT3, flash_attention=True) == pytest.approx(2 * f / 8)
+    assert term(GPT3, flash_attention=False) == pytest.approx(max(2 * f, 2 * a * 4096 - 4 * f) / 8)
+    f8 = LLAMA8.ffn_hidden_size
+    assert term(LLAMA8, flash_attention=False) == pytest.approx(
+        max(2 * f8, 2 * LLAMA8.num_heads * 4096 - 6 * f8) / 8)
+    assert term(get_model("mixtral-8x7b"), flash_attention=True) == 0.0
 
 
 # ------------------------------------------------------------------ what a peak is made of
@@ -153,14 +185,25 @@ def test_peak_parts_sum_and_allocated_reserved_device_order():
 
 
 def test_the_peak_is_one_moment_loss_buffers_and_rematerialised_layer_do_not_add():
-    """pp = 1 with full recomputation: the loss buffers (end of the forward) and the re-run layer
-    (backward) are both transient; the peak takes the larger, not their sum."""
-    plan = dict(num_gpus=8, micro_batch=1, global_batch=8, seq_len=8192, recompute="full", zero=1)
-    x = PlanArrays.from_plans([Plan(**plan)], LLAMA8.num_layers)
-    st = memory.stage_memory_bytes(LLAMA8, H100, x, "first")
-    loss = memory.LOSS_EXTRA_BYTES_PER_LOGIT * 8192 * LLAMA8.vocab_size
-    remat = float(memory.rematerialised_layer_bytes(LLAMA8, x)[0])
-    assert float(st["transient"][0]) == pytest.approx(max(loss, remat))
+    """pp = 1 with full recomputation: the loss instant (the output layer's stored inputs and fp32
+    logits, 4sbh + 4sbV/t without SP, plus the loss buffers) and the re-run layer's instant (the output
+    layer's buffers are freed by then) never coincide; the peak takes the larger, not their sum.
+    Llama-3.1-8B (V = 128,256): the loss instant; GPT-3 (V = 51,200, no FlashAttention): the
+    re-run layer's, without the output buffers."""
+    for model, fa in ((LLAMA8, True), (GPT3, False)):
+        plan = dict(num_gpus=8, micro_batch=1, global_batch=8, seq_len=2048, recompute="full", zero=1, tp=8,
+                    sequence_parallel=False, flash_attention=fa)
+        x = PlanArrays.from_plans([Plan(**plan)], model.num_layers)
+        st = {k: float(v[0]) for k, v in memory.stage_memory_bytes(model, H100, x, "first").items()}
+        T, h, V = 2048, model.hidden_size, model.vocab_size
+        loss = memory.LOSS_EXTRA_BYTES_PER_LOGIT * T * V / 8
+        output = 4 * T * h + 4 * T * V / 8  # no SP: the output layer inputs whole, the logits /t
+        remat = float(memory.rematerialised_layer_bytes(model, x)[0])
+        layers = model.num_layers * 2 * T * h + T * (8 + (h if model.dropout else 0))
+        at_loss = output + loss >= remat
+        assert at_loss == (model is LLAMA8)
+        assert st["transient"] == pytest.approx(loss if at_loss else remat, rel=1e-12)
+        assert st["activations"] == pytest.approx(layers + (output if at_loss else 0.0), rel=1e-12)
 
 
 def test_optimizer_step_can_be_the_peak_moment():
@@ -267,10 +310,11 @@ def test_cli_estimate_default_headroom_and_memory_table():
 
 
 def test_deepspeed_zero3_gathers_one_submodule_at_a_time():
-    """DeepSpeed ZeRO-3 (the deepspeed profile) fetches one nn.Module at a time with at most
-    stage3_max_live_parameters (1e9) live and stage3_prefetch_bucket_size (5e8) ahead; FSDP
-    gathers a whole block (plus the next). For the 530B model (h 20480) the largest sub-module is
-    the MLP up projection, 4h x h = 1.68B parameters."""
+    """DeepSpeed ZeRO-3 (the deepspeed profile) fetches one nn.Module at a time; it prefetches
+    stage3_prefetch_bucket_size (5e7) ahead only while fewer than stage3_max_live_parameters (1e9)
+    are available; FSDP gathers a whole block (plus the next). For the 530B model (h 20480) the
+    largest sub-module is the MLP up projection, 4h x h = 1.68B parameters: gathered alone, with
+    its fp16 gradient, no prefetch."""
     import plan_search
     from plan_search.hardware.catalog import get_cluster
     from plan_search.hardware.profiles import profile_for
@@ -285,6 +329,56 @@ def test_deepspeed_zero3_gathers_one_submodule_at_a_time():
     deep = plan_search.estimate(m, ds, **plan).memory.zero3_gather_buffer_gib
     h = 20480
     sub = 4 * h * h
-    expected = (2.0 * (sub + 5e8) + 2.0 * sub) / 2**30
+    expected = (2.0 * sub + 2.0 * sub) / 2**30
     assert deep == pytest.approx(expected, rel=1e-9)
     assert fsdp > 3 * deep  # a whole 5B-parameter block (and the next) against one matrix
+    # a model whose sub-modules and blocks are under the live cap: its block stays live and the next
+    # 5e7 parameters are prefetched (Llama-3.1-8B, tp 1: block 218M, output layer 525M the largest)
+    p8 = dict(num_gpus=8, micro_batch=1, global_batch=8, seq_len=2048, recompute="full", zero=3, fp32_grads=False)
+    got = plan_search.estimate(LLAMA8, ds, **p8).memory.zero3_gather_buffer_gib * 2**30
+    out = LLAMA8.vocab_size * LLAMA8.hidden_size
+    assert got == pytest.approx(2.0 * (out + memory.DS_PREFETCH_PARAMS) + 2.0 * out, rel=1e-9)
+    assert memory.DS_PREFETCH_PARAMS == 5e7 and memory.DS_MAX_LIVE_PARAMS == 1e9
+
+
+# ------------------------------------------------------------------ Narayanan et al. 2021, Table 2: 530B ZeRO-3
+ZERO3_530B = dict(tp=1, pp=1, micro_batch=4, seq_len=2048, recompute="full", sequence_parallel=False,
+                  flash_attention=False, zero=3, fp32_grads=False, precision="fp16")
+
+
+def test_530b_zero3_deepspeed_figures_and_the_560_gpu_oom():
+    """Narayanan et al. 2021 Table 2 (DeepSpeed ZeRO-3, no model parallelism, micro-batch 4): at 640
+    GPUs it ran, at 560 it did not fit. Through plan_search.estimate with the deepspeed profile,
+    each part against its formula (s 2048, b 4, h 20480, a 128, f 4h, V 51,200, 105 layers):
+    states 16 B/param / d; activations 105 checkpoints 2sbh + token ids 8sb + embedding-dropout mask
+    sbh (the output layer's buffers are freed before the re-run layer's backward); the re-run layer
+    at its peak sbh(34 + 5as/h) + the down projection's input gradient 2sbf (> 2as - 4f here);
+    the gather: the 1.68B up projection alone (no prefetch above the live cap) and its fp16 gradient.
+    The device figure (83.0 GiB at 640) stays above the 80 GB of capacity: the allocator slack,
+    0.31 x (activations + gather) fitted on torchtitan's reserved peaks, is the part not right for
+    this regime (bench/memory_fidelity.py; issue 11 closing note)."""
+    import plan_search
+    from plan_search.models import counting
+
+    m = get_model("megatron-gpt-530b")
+    s, b, h, a, L, V = 2048, 4, 20480, 128, 105, 51200
+    T = s * b
+    e = plan_search.estimate(m, "a100-80gb", framework="deepspeed", memory_headroom=0.0,
+                             num_gpus=640, global_batch=2560, **ZERO3_530B)
+    mm = e.memory
+    psi = counting.total_params(m)
+    assert (mm.weights_gib + mm.gradients_gib + mm.optimizer_gib) * GIB == pytest.approx(16 * psi / 640, rel=1e-9)
+    assert mm.activations_gib * GIB == pytest.approx(L * 2 * T * h + T * (8 + h), rel=1e-12)
+    remat = T * h * (34 + 5 * a * s / h) + T * max(2 * 4 * h, 2 * a * s - 4 * 4 * h)
+    assert mm.transient_gib * GIB == pytest.approx(remat, rel=1e-12)
+    assert mm.zero3_gather_buffer_gib * GIB == pytest.approx(4 * (4 * h * h), rel=1e-12)
+    frag = A100.efficiency.fragmentation
+    assert mm.allocator_slack_gib == pytest.approx(frag * (mm.activations_gib + mm.zero3_gather_buffer_gib), rel=1e-9)
+    assert mm.allocated_peak_gib == pytest.approx(68.36, abs=0.01)
+    assert mm.peak_gib == pytest.approx(83.02, abs=0.01)
+    assert not e.feasible  # the known miss: it ran (see the docstring)
+    oom = plan_search.estimate(m, "a100-80gb", framework="deepspeed", memory_headroom=0.0,
+                               num_gpus=560, global_batch=2240, **ZERO3_530B)
+    assert not oom.feasible
+    # 80 fewer GPUs: only the sharded states grow (16 psi (1/560 - 1/640))
+    assert (oom.memory.peak_gib - mm.peak_gib) * GIB == pytest.approx(16 * psi * (1 / 560 - 1 / 640), rel=1e-9)

@@ -226,6 +226,34 @@ def rematerialised_layer_bytes(model: ModelSpec, x: PlanArrays):
     return _layer_bytes(model, x)[2]
 
 
+def mtp_activation_bytes(model: ModelSpec, x: PlanArrays):
+    """What the multi-token-prediction depths store on the stage with the output layer, one micro-batch
+    (they run after the last block, in the output stage's post-processing, and their backward runs
+    before any block's: Megatron-Core places them on the last pipeline stage,
+    ``multi_token_prediction.py mtp_on_this_rank`` @ d98e8a64; so they are alive with the loss, as
+    the output layer's inputs and fp32 logits are). Per depth (DeepSeek-V3 arXiv 2412.19437 Sec. 2.2;
+    ``MultiTokenPredictionLayer._concat_embeddings`` / ``_proj_and_transformer_layer``): the inputs
+    of ``enorm`` and ``hnorm`` (``2h``, bf16), the ``2h -> h`` projection's input (``2h`` at the GEMM
+    input width), the block's stored activations (:func:`_layer_bytes`, plus the MoE layer's
+    :func:`experts.moe_activation_delta_per_layer`; only its input when every layer is recomputed --
+    Megatron recomputes the MTP layer with ``--recompute-method uniform`` and skips it with
+    ``block``), the final norm's and the shared output layer's inputs (``2h`` each) and the depth's
+    own fp32 logits (``4 V / t``); the ``h``-wide tensors split over ``tp`` with sequence
+    parallelism; plus the shifted token ids (``8`` B per token, int64). Zero without MTP."""
+    d = model.mtp_num_layers
+    if not d:
+        return np.zeros(len(x))
+    stored, recomputed, _ = _layer_bytes(model, x)
+    if model.is_moe:
+        stored = stored + experts.moe_activation_delta_per_layer(model, x)
+    block = np.where(x.rc_layers >= model.num_layers, recomputed, stored)
+    T = (x.mb * x.seq // x.cp).astype(float)
+    h, V = model.hidden_size, model.vocab_size
+    sp_div = np.where(x.sp, x.tp, 1).astype(float)
+    own = T * ((4.0 * h + 2.0 * h * compute.gemm_input_bytes(x) + 4.0 * h) / sp_div + 4.0 * V / x.tp + 8.0)
+    return d * (block + own)
+
+
 STAGES = ("first", "middle", "last")
 
 
@@ -233,10 +261,11 @@ def in_flight_chunks(x: PlanArrays, stage: str):
     """Model chunks (of ``layers/vpp`` layers) whose activations a stage holds at its peak:
     stage ``i`` of 1F1B holds ``min(m, p - i)`` micro-batches; of interleaved 1F1B
     ``min(m v, 2 (p - i - 1) + (v - 1) p + 1)`` chunks (Megatron's warm-up count + 1). ``middle``
-    is stage 1, the fullest of the middle stages."""
+    is stage 1, the fullest of the middle stages. DualPipe: ``min(m, p + 1)`` stage-micro-batches on
+    every GPU (DeepSeek-V3 report, arXiv 2412.19437 Table 2: activations ``PP + 1`` against 1F1B's ``PP``)."""
     p, v, m = x.pp, x.vpp, x.m
     i = {"first": np.zeros_like(p), "middle": np.ones_like(p), "last": p - 1}[stage]
-    one_f1b = np.minimum(m, p - i)
+    one_f1b = np.where(x.pp_sched == 1, np.minimum(m, p + 1), np.minimum(m, p - i))
     inter = np.minimum(m * v, 2 * (p - i - 1) + (v - 1) * p + 1)
     return np.maximum(np.where(v > 1, inter, one_f1b), 1).astype(float)
 
@@ -326,6 +355,11 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     has_output = (x.pp == 1) | (stage == "last")
     psi = stage_params(model, x, stage)
     psi_e = experts.stage_expert_params(model, x, stage)  # sharded over the edp group instead
+    # DualPipe: GPU i also holds stage pp-1-i (the first GPU the last stage; DeepSeek-V3 report Table 2: 2x weights)
+    mirror = {"first": "last", "middle": "middle", "last": "first"}[stage]
+    dual = x.pp_sched == 1
+    psi = np.where(dual, psi + stage_params(model, x, mirror), psi)
+    psi_e = np.where(dual, psi_e + experts.stage_expert_params(model, x, mirror), psi_e)
     d = shard_degree(x)
     whole = (x.zero >= 2) & ~x.grad_mb
     kw = dict(grad_bf16_copy=x.grad_bf16, optimizer_offload=x.opt_offload, grads_whole=whole)
@@ -361,6 +395,7 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     mask = (h if model.dropout else 0.0) / sp_div
     embed = np.where(has_embed, chunks / x.vpp * T * (8.0 + mask), 0.0)
     output = np.where(has_output, T * (4.0 * h / sp_div + 4.0 * V / x.tp), 0.0)
+    output = output + np.where(has_output, mtp_activation_bytes(model, x), 0.0)  # issue 13: MTP, at the loss
     # -- the backward's two candidate instants (they never coincide): the loss's backward, with the
     # output layer's stored inputs and fp32 logits and the loss buffers; and the backward of a layer
     # re-run by full recomputation. The loss and output layer run their backward before any layer,
