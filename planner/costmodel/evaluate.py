@@ -62,11 +62,13 @@ def hardware_flops_per_iteration(model: ModelSpec, x: PlanArrays):
 
 
 def memory_fit(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, memory_headroom: float = 0.0,
-               memory_breakdown: dict | None = None):
+               memory_breakdown: dict | None = None, keys: tuple[str, ...] | None = None):
     """(memory breakdown, usable bytes, fits): the one feasibility rule, which the search also
     applies on its own before timing (memory first: a plan that does not fit is not timed).
-    ``memory_breakdown``: :func:`memory.peak_memory` of ``x`` when the caller already has it."""
-    mem = memory_breakdown if memory_breakdown is not None else memory.peak_memory(model, cluster, x)
+    ``memory_breakdown``: :func:`memory.peak_memory` of ``x`` when the caller already has it;
+    ``keys``: the breakdown entries wanted (``total`` is always priced; the search needs it alone)."""
+    mem = memory_breakdown if memory_breakdown is not None else memory.peak_memory(
+        model, cluster, x, None if keys is None else tuple(dict.fromkeys(("total", *keys))))
     usable = cluster.gpu.memory_gib * GIB * (1.0 - memory_headroom)
     return mem, usable, mem["total"] <= usable
 

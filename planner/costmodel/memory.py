@@ -454,16 +454,17 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     }
 
 
-def peak_memory(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
+def peak_memory(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, keys=None) -> dict:
     """The worst stage's breakdown (bytes) and which stage it is (``worst_stage``: an index into
     :data:`STAGES`). The middle stages count only with ``pp > 2``; with ``pp == 1`` the one stage
-    is the "first" (it carries both ends)."""
+    is the "first" (it carries both ends). ``keys``: only these entries of the breakdown (the
+    search's memory-first pass needs ``total`` alone)."""
     layer = _layer_bytes(model, x)
     per = [stage_memory_bytes(model, cluster, x, st, layer) for st in STAGES]
     totals = np.stack([per[0]["total"], np.where(x.pp > 2, per[1]["total"], -np.inf),
                        np.where(x.pp > 1, per[2]["total"], -np.inf)])
     worst = np.argmax(totals, axis=0)
-    out = {k: np.choose(worst, [per[0][k], per[1][k], per[2][k]]) for k in per[0]}
+    out = {k: np.choose(worst, [per[0][k], per[1][k], per[2][k]]) for k in (keys or per[0])}
     out["worst_stage"] = worst
     return out
 

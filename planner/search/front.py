@@ -68,7 +68,7 @@ from plan_search.models.spec import ModelSpec
 
 from plan_search.planner.costmodel.arrays import PlanArrays
 from plan_search.planner.costmodel.estimate import pack
-from plan_search.planner.costmodel.evaluate import GIB, evaluate, memory_fit
+from plan_search.planner.costmodel.evaluate import GIB, evaluate, memory_fit, search_figures
 from plan_search.planner.search.request import (
     MAX_GPUS,
     Alternative,
@@ -88,6 +88,8 @@ EVAL_CHUNK = 16384
 #: Columns of evaluate() the search keeps for every candidate.
 COLUMNS = ("memory_peak_gib", "memory_usable_gib", "fits", "comm_ratio", "days", "cost_usd", "energy_kwh",
            "power_kw", "mfu")
+#: The columns that come from the step time (:func:`search_figures`), for the plans that are timed.
+TIMED_COLUMNS = ("comm_ratio", "days", "cost_usd", "energy_kwh", "power_kw", "mfu")
 #: Share of ``time_limit_s`` the search's phases may use; the rest is for the front's figures and
 #: the report (the whole command is bounded by the limit).
 REPORT_SHARE = 0.85
@@ -192,19 +194,16 @@ def evaluate_columns(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, requ
             stop = a
             break
         chunk = x.take(slice(a, a + EVAL_CHUNK))
-        mem, usable, fits = memory_fit(model, cluster, chunk, request.memory_headroom)
+        mem, usable, fits = memory_fit(model, cluster, chunk, request.memory_headroom, keys=("total",))
         cols = {k: np.full(len(chunk), np.inf) for k in COLUMNS}
         cols["memory_peak_gib"] = mem["total"] / GIB
         cols["memory_usable_gib"] = np.full(len(chunk), usable / GIB)
         cols["fits"] = fits
         idx = np.flatnonzero(fits)
         if len(idx):
-            r = evaluate(model, cluster, chunk.take(idx), memory_headroom=request.memory_headroom,
-                         tokens=request.tokens, checkpoint_interval_h=request.checkpoint_interval_h,
-                         memory_breakdown={k: np.asarray(v)[idx] for k, v in mem.items()})
-            for k in COLUMNS:
-                if k not in ("fits", "memory_usable_gib"):
-                    cols[k][idx] = np.asarray(r[k])
+            r = search_figures(model, cluster, chunk.take(idx), request.tokens, request.checkpoint_interval_h)
+            for k in TIMED_COLUMNS:
+                cols[k][idx] = r[k]
         for k in COLUMNS:
             parts[k].append(np.asarray(cols[k]))
         parts["timed"].append(fits)
@@ -230,11 +229,9 @@ def time_rows(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, cols: dict,
         if time.perf_counter() > deadline:
             return False
         rr = rows[a:a + EVAL_CHUNK]
-        r = evaluate(model, cluster, x.take(rr), memory_headroom=request.memory_headroom,
-                     tokens=request.tokens, checkpoint_interval_h=request.checkpoint_interval_h)
-        for k in COLUMNS:
-            if k not in ("fits", "memory_usable_gib", "memory_peak_gib"):
-                cols[k][rr] = np.asarray(r[k])
+        r = search_figures(model, cluster, x.take(rr), request.tokens, request.checkpoint_interval_h)
+        for k in TIMED_COLUMNS:
+            cols[k][rr] = r[k]
         cols["timed"][rr] = True
     return True
 
@@ -950,12 +947,24 @@ def _relaxed(m: dict, name: str) -> np.ndarray:
     return out
 
 
+#: The lazy "memory binds" check times the over-memory plans of a group this many at a time in its
+#: first round, eight times more in each next one, until one is faster than the group's point.
+BIND_ROUND = 16
+
+
 def binding_days(systems, ms, groups, n_groups, request=None, want=None,
-                 deadline: float = math.inf) -> dict[str, np.ndarray]:
+                 deadline: float = math.inf, below: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Per group, the fastest run when one per-plan constraint (memory, comm ratio) is lifted.
     ``want`` (groups): price the over-memory plans of those groups only (memory-first evaluation
     left them untimed); the other groups' memory figure is then a lower bound of inf. Past
-    ``deadline`` the over-memory plans are no longer timed (``out["complete"]`` False)."""
+    ``deadline`` the over-memory plans are no longer timed (``out["complete"]`` False).
+
+    ``below`` (per group, days; -inf for a group nobody reads): the memory figure of group ``g``
+    is read only as ``figure < t`` for days ``t >= below[g]`` (the front points of the group).
+    Its over-memory plans are then timed a round at a time (:data:`BIND_ROUND`, in the stable
+    order) until one runs faster than ``below[g]`` -- the figure is then below every such ``t``,
+    as the full minimum is -- or every one is timed (the figure is then the full minimum). Each
+    comparison gives what timing them all gives; None: all of them are timed."""
     out: dict = {"complete": True}
     for name in ("memory", "comm_ratio"):
         best = np.full(n_groups, np.inf)
@@ -963,12 +972,44 @@ def binding_days(systems, ms, groups, n_groups, request=None, want=None,
             r = _relaxed(m, name)
             if name == "memory" and request is not None and "timed" in s.cols:
                 need = np.flatnonzero(r & (np.isin(g, want) if want is not None else True))
-                if not time_rows(s.space.model, s.cluster, s.space.x, s.cols, need, request, deadline):
+                done = time_rows(s.space.model, s.cluster, s.space.x, s.cols, need, request, deadline) \
+                    if below is None else _time_until_below(s, need, g, below, request, deadline)
+                if not done:
                     out["complete"] = False
                 r = r & s.cols["timed"]
             np.minimum.at(best, g[r], s.cols["days"][r])
         out[name] = best
     return out
+
+
+def _time_until_below(s: System, rows: np.ndarray, g: np.ndarray, below: np.ndarray, request,
+                      deadline: float) -> bool:
+    """Time ``rows`` (candidates of ``s``; ``g`` their groups) group by group, :data:`BIND_ROUND`
+    of each group first, then eight times more per round, until each group has a timed row
+    faster than ``below`` of its group or none left; False when the deadline stopped it."""
+    days, timed = s.cols["days"], s.cols["timed"]
+    hit = np.zeros(len(below), dtype=bool)
+    t = rows[timed[rows]]
+    hit[g[t][days[t] < below[g[t]]]] = True
+    rows = rows[~timed[rows]]
+    rows = rows[np.isfinite(below[g[rows]]) & ~hit[g[rows]]]  # -inf: a group nobody reads
+    if not len(rows):
+        return True
+    rows = rows[np.argsort(g[rows], kind="stable")]  # grouped, the stable order within a group
+    gr = g[rows]
+    starts = np.flatnonzero(np.r_[True, gr[1:] != gr[:-1]])
+    rank = np.arange(len(rows)) - np.repeat(starts, np.diff(np.r_[starts, len(rows)]))
+    lo, size = 0, BIND_ROUND
+    while True:
+        sel = (rank >= lo) & (rank < lo + size) & ~hit[gr]
+        if not sel.any():
+            return True
+        pick = rows[sel]
+        if not time_rows(s.space.model, s.cluster, s.space.x, s.cols, pick, request, deadline):
+            return False
+        pg = g[pick]
+        hit[pg[days[pick] < below[pg]]] = True
+        lo, size = lo + size, size * 8
 
 
 def _pct(x: float, threshold: float) -> str:
@@ -1223,7 +1264,13 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
 
     own = system_fronts(table, front_rows, len(systems))
     want = np.unique(table.group[np.asarray(front_rows + [rec], dtype=np.int64)]) if front_rows else None
-    bind = binding_days(systems, ms, groups, n_groups, req, want, hard_deadline)
+    below = None
+    if rule == "efficiency":  # only the points' flags read the memory figure (the other rules' reason reads
+        below = np.full(n_groups, -np.inf)  # every over-memory plan of the wanted groups: all timed)
+        pts = np.asarray(front_rows + [i for rr in own for i in rr], dtype=np.int64)
+        below[table.group[pts]] = np.inf
+        np.minimum.at(below, table.group[pts], table.days[pts])
+    bind = binding_days(systems, ms, groups, n_groups, req, want, hard_deadline, below)
     front, others = _front_points(systems, table, front_rows, req, bind, own)
     rec_sys = systems[int(table.system[rec])]
     rec_row = int(table.row[rec])
