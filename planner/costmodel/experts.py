@@ -125,13 +125,17 @@ def stage_expert_params(model: ModelSpec, x: PlanArrays, stage: str):
 
 def mtp_nonexpert_params_local(model: ModelSpec, x: PlanArrays, stage: str):
     """The multi-token-prediction depths' other parameters (norms, ``2h -> h`` projection, the block's
-    attention, router, shared experts; :func:`counting.mtp_params`; embedding and head shared) on one
-    GPU of the logits stage (``/tp``); zero elsewhere and without MTP."""
+    attention, router, shared experts; :func:`counting.mtp_params`; the output head shared) and, with
+    ``pp > 1``, the logits stage's copy of the input embedding, on one GPU of that stage (``/tp``);
+    zero elsewhere and without MTP."""
     d = model.mtp_num_layers
     if not d:
         return np.zeros(len(x))
     own = counting.mtp_params(model) - (d * routed_expert_params(model) if model.is_moe else 0)
-    return np.where(logits_stage(x, stage), own / x.tp, 0.0)
+    # with pp > 1 the MTP stage builds its own copy of the input embedding (vocabulary-parallel) for the
+    # shifted tokens (Megatron-Core gpt_model.py: ``if self.pre_process or self.mtp_process``) (issue 13)
+    emb = np.where(x.pp > 1, model.vocab_size * model.hidden_size, 0.0)
+    return np.where(logits_stage(x, stage), (own + emb) / x.tp, 0.0)
 
 
 def nonexpert_layer_params(model: ModelSpec) -> float:

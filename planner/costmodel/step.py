@@ -98,6 +98,11 @@ def _moe_stage_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, lt) 
         mtp_mem = d * (lt["membound_fwd_s"] + lt["membound_bwd_s"] + lg["membound_s"]
                        + (mt["membound_fwd_s"] + mt["membound_bwd_s"] if model.is_moe else 0.0))
         mtp_ep = d * ec["exposed"] if model.is_moe else zero
+        # full recomputation of every layer redoes the MTP block's forward too (Megatron recomputes the
+        # MTP layer under --recompute-method uniform, not under block: memory.mtp_activation_bytes)
+        mtp_rc = np.where(x.rc_layers >= model.num_layers, d * (
+            lt["compute_fwd_s"] + lt["membound_fwd_s"] + mla_f
+            + (mt["compute_fwd_s"] + mt["membound_fwd_s"] if model.is_moe else 0.0)), 0.0)
     sel_layer, sel_moe = experts.selective_recompute_fwd_s(model, cluster, x)  # MoE/MLA selective set
     out = {}
     for st in memory.STAGES:
@@ -116,6 +121,7 @@ def _moe_stage_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, lt) 
             out[st]["compute_s"] = out[st]["compute_s"] + np.where(on, mtp_comp, 0.0)
             out[st]["memory_bound_s"] = out[st]["memory_bound_s"] + np.where(on, mtp_mem, 0.0)
             out[st]["ep_comm_s"] = out[st]["ep_comm_s"] + np.where(on, mtp_ep, 0.0)
+            out[st]["recompute_s"] = out[st]["recompute_s"] + np.where(on, mtp_rc, 0.0)
     share = np.where(x.pp == 1, n_moe["first"] / model.num_layers, n_moe["middle"] / np.maximum(x.mid, 1))
     out["ep_raw_slow"] = lambda layers: layers * share * ec["raw"]
     return out
