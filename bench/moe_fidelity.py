@@ -191,6 +191,7 @@ def _row_candidates(row: dict, model: ModelSpec, group: str, gpu: str, n: int):
         v = v if pp > 1 else 1
         for f, la in _splits(model.num_layers, pp, v):
             kw = dict(first_stage_layers=f, last_stage_layers=la) if f is not None else {}
+            kw["pp_schedule"] = (rec or {}).get("pp_schedule", "1f1b")
             try:
                 plan = Plan(num_gpus=n, tp=tp, pp=pp, cp=cp, vpp=v, micro_batch=b, global_batch=gb, seq_len=seq,
                             recompute=r, zero=zero, precision=precision, sequence_parallel=tp > 1,

@@ -14,6 +14,7 @@ import numpy as np
 from plan_search.planner.costmodel.plan import GRAD_REDUCE_CODES, grad_per_microbatch
 from plan_search.planner.costmodel.plan import bf16_layers_of
 from plan_search.planner.costmodel.plan import DISPATCHER_CODES, PRECISION_CODES, RECOMPUTE_CODES, Plan
+from plan_search.planner.costmodel.plan import PP_SCHEDULE_CODES
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class PlanArrays:
     moe_imb: np.ndarray  # float
     bf16_frac: np.ndarray  # float: share of transformer layers whose GEMMs stay bf16 (Plan.bf16_layers)
     lowp_params: np.ndarray  # bool: Plan.lowp_params
+    pp_sched: np.ndarray  # Plan.pp_schedule coded as plan.PP_SCHEDULE_CODES (0 1F1B, 1 DualPipe)
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -108,7 +110,7 @@ class PlanArrays:
                 ovl_tp=p.overlap_tp_comm, first=f, mid=mid, last=la, ep=p.ep, etp=p.etp,
                 moe_disp=DISPATCHER_CODES[p.moe_dispatcher], moe_ovl=p.moe_overlap, moe_imb=p.moe_imbalance,
                 bf16_frac=bf16_layers_of(p.precision, p.bf16_layers, num_layers) / max(num_layers, 1),
-                lowp_params=p.lowp_params,
+                lowp_params=p.lowp_params, pp_sched=PP_SCHEDULE_CODES[p.pp_schedule],
             )
             for k, v in vals.items():
                 cols[k].append(v)

@@ -23,9 +23,15 @@ plus 2 more per fully recomputed layer). Three dispatchers (Megatron-Core
 - ``allgather``: every GPU all-gathers the ``T_loc`` rows of the ``ep * etp`` expert group and
   reduce-scatters the outputs back (:func:`comm.collective_s` ring costs).
 
-Overlap: with ``moe_overlap`` a fraction ``ep_overlap`` of this traffic is hidden (Megatron-Core's
-``--overlap-moe-expert-parallel-comm`` runs one micro-batch's dispatch under another's compute;
-DeepSeek-V3's DualPipe); otherwise it is exposed.
+Overlap: the exchanges of one micro-batch can run under the compute of another (a forward chunk
+paired with a backward chunk), so at most the layer's own compute, forward + backward
+(``window_s``), hides them. With ``moe_overlap`` (Megatron-Core's ``--overlap-moe-expert-parallel-comm``,
+the "1F1B A2A overlap" of ``pipeline_parallel/combined_1f1b.py``) ``ep_overlap`` of
+``min(traffic, window)`` is hidden; under DualPipe (``pp_schedule``; DeepSeek-V3 report, arXiv
+2412.19437 Sec. 3.2.1-3.2.2: "both all-to-all and PP communication can be fully hidden") all of
+``min(traffic, window)`` is, at the price of the SMs the communication kernels take from the
+compute while it runs: 20 of the H800's 132 SMs (Sec. 3.2.2), so ``(1 - 20/132)`` of it is a net
+gain (:data:`DUALPIPE_COMM_SM_SHARE`). Otherwise the traffic is exposed.
 
 Expert data parallelism: the expert gradients are reduced (and the parameters gathered) over the
 ``edp`` replicas of each expert, by the same ZeRO-stage formulas as the dense data parallelism
@@ -52,6 +58,10 @@ DISPATCH_BYTES = 2.0  # bf16 rows
 #: ``flex`` dispatcher and an FP8 recipe the forward dispatch moves 1 + 4/128 bytes per element, the
 #: combine and the backward exchanges 2; averaged over the four exchanges of a layer.
 FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128.0
+#: Share of the GPU's SMs that DualPipe's dispatch/combine kernels occupy while they overlap compute:
+#: 20 of the H800's 132 (DeepSeek-V3 report, arXiv 2412.19437 Sec. 3.2.2); the hidden communication
+#: slows the compute it runs under by this share.
+DUALPIPE_COMM_SM_SHARE = 20.0 / 132.0
 
 
 def ep_members_per_domain(x: PlanArrays, cluster: ClusterSpec):
@@ -118,13 +128,19 @@ def exchange_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
     return np.where((x.ep > 1) | (x.etp > 1), out, 0.0)
 
 
-def ep_layer_comm(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
+def ep_layer_comm(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, window_s=np.inf) -> dict:
     """Per MoE layer and micro-batch: raw and exposed dispatch+combine seconds, forward+backward
-    (``raw``, ``exposed``) and forward alone (``exposed_fwd``, what full recomputation repeats)."""
+    (``raw``, ``exposed``) and forward alone (``exposed_fwd``, what full recomputation repeats).
+    ``window_s``: the layer's compute, forward + backward, under which another micro-batch's
+    exchanges can run (module docstring)."""
     one = exchange_s(model, cluster, x)
-    keep = np.where(x.moe_ovl, 1.0 - cluster.efficiency.ep_overlap, 1.0)
     fwd = 2.0 * one
-    return {"raw": 2.0 * fwd, "exposed": 2.0 * fwd * keep, "exposed_fwd": fwd * keep}
+    raw = 2.0 * fwd
+    share = np.where(x.pp_sched == 1, 1.0 - DUALPIPE_COMM_SM_SHARE,
+                     np.where(x.moe_ovl, cluster.efficiency.ep_overlap, 0.0))
+    hidden = share * np.minimum(raw, window_s)
+    keep = np.where(raw > 0, (raw - hidden) / np.maximum(raw, 1e-30), 1.0)
+    return {"raw": raw, "exposed": raw * keep, "exposed_fwd": fwd * keep}
 
 
 def expert_grid(x: PlanArrays) -> PlanArrays:

@@ -6,6 +6,15 @@ the embedding on the first stage, logits and loss on the last), and warm-up plus
 ``(p-1)/v`` micro-batch times of an average stage (the bubble; its fraction of the ideal time is
 ``(p-1)/(v m)`` for balanced stages, as in the paper). ``t_*`` are forward + backward seconds of
 one micro-batch through all of a stage's chunks.
+
+DualPipe (``pp_schedule`` dualpipe; DeepSeek-V3 report, arXiv 2412.19437 Sec. 3.2.1 and Table 2):
+each GPU holds two stages, fed micro-batches from both ends of the pipeline; its bubble is
+``(p/2 - 1)(F&B + B - 3W)`` against 1F1B's ``(p - 1)(F + B)``, with ``F``, ``B``, ``W`` a stage's
+forward, full backward and weight-gradient backward of one micro-batch and ``F&B`` a forward and a
+backward chunk run overlapped. Priced with ``B = 2F`` and ``W = F`` (the backward is an input- and a
+weight-gradient pass, each about a forward: Qi et al. 2023, "Zero Bubble Pipeline Parallelism",
+Sec. 2) and ``F&B = F + B`` (the overlap hides the paired chunk's communication, not its compute:
+the GPU still does both), so the bubble is ``(p/2 - 1) * 2/3 * t_mean``.
 """
 
 from __future__ import annotations
@@ -24,6 +33,8 @@ def stage_mix(x: PlanArrays, first, mid, last, num_layers=None):
     p = x.pp.astype(float)
     single = x.pp == 1
     slow = np.where(single, first, np.maximum(np.maximum(first, last), np.where(x.pp > 2, mid, 0.0)))
+    # DualPipe: the first GPU runs the first stage for half the micro-batches and the last for the other half
+    slow = np.where(x.pp_sched == 1, np.maximum(0.5 * (first + last), np.where(x.pp > 2, mid, 0.0)), slow)
     if num_layers is not None:
         avg = np.maximum(num_layers - x.first - x.last, 0) / np.maximum(p - 2, 1)
         mid = np.where(x.pp > 2, mid * avg / np.maximum(x.mid, 1), mid)
@@ -35,5 +46,5 @@ def pipeline_s(x: PlanArrays, slow, mean) -> dict:
     """Steady-state and bubble seconds of one step."""
     m = x.m.astype(float)
     steady = m * slow
-    bubble = (x.pp - 1) / x.vpp * mean
+    bubble = np.where(x.pp_sched == 1, (x.pp / 2.0 - 1.0) * (2.0 / 3.0), (x.pp - 1) / x.vpp) * mean
     return {"steady_s": steady, "bubble_s": bubble, "bubble_fraction": bubble / np.maximum(steady, 1e-30)}

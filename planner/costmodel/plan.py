@@ -68,6 +68,8 @@ def bf16_layers_of(precision: str, bf16_layers: int | None, num_layers: int) -> 
     rule = BF16_LAYERS_DEFAULT.get(precision)
     return rule(num_layers) if rule else 0
 DISPATCHER_CODES = {"alltoall": 0, "allgather": 1, "flex": 2}
+#: Plan.pp_schedule -> PlanArrays ``pp_sched`` (0: 1F1B, interleaved when vpp > 1; 1: DualPipe).
+PP_SCHEDULE_CODES = {"1f1b": 0, "dualpipe": 1}
 GRAD_REDUCE_CODES = {"default": 0, "step": 1, "microbatch": 2}
 
 
@@ -131,6 +133,11 @@ class Plan(NoBoolNumbers):
     moe_imbalance: float = Field(
         default=1.1, ge=1.0, le=100.0,
         description="tokens on the busiest expert rank / mean; 1.0 force-balanced, real routing 1.04-1.20")
+    pp_schedule: Literal["1f1b", "dualpipe"] = Field(
+        default="1f1b", description="pipeline schedule: 1f1b (interleaved when vpp > 1) or dualpipe (DeepSeek-V3's "
+        "bidirectional schedule, arXiv 2412.19437 Sec. 3.2.1: two stages per GPU (2x weights, pp+1 micro-batches of "
+        "activations), bubble (pp/2-1)(F&B+B-3W), EP all-to-all and PP sends under the paired micro-batch's compute); "
+        "dualpipe needs an even pp, vpp 1 and an even number of micro-batches")
     # (issue 12: pipeline-split accounting and data-parallel knobs)
     account_for_embedding_in_pipeline_split: bool = Field(
         default=False, description="count the input embedding as one layer of the first stage when splitting "
@@ -193,6 +200,11 @@ class Plan(NoBoolNumbers):
             raise ValueError(
                 f"vpp: the interleaved schedule needs grad_accum ({self.grad_accum}) to be a multiple "
                 f"of pp ({self.pp}); change global_batch/micro_batch or use vpp 1"
+            )
+        if self.pp_schedule == "dualpipe" and (self.pp % 2 or self.vpp > 1 or self.grad_accum % 2):
+            raise ValueError(
+                f"pp_schedule: dualpipe needs an even pp (got {self.pp}), vpp 1 (got {self.vpp}) and an even "
+                f"number of micro-batches (got {self.grad_accum}); use pp_schedule 1f1b or change them"
             )
         if self.seq_len % (2 * self.cp) and self.cp > 1:
             raise ValueError(

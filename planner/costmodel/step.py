@@ -81,7 +81,9 @@ def _moe_stage_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, lt) 
     n_moe = experts.stage_moe_layers(model, x)
     if model.is_moe:
         mt = experts.moe_layer_times(model, cluster, x)
-        ec = dispatch.ep_layer_comm(model, cluster, x)
+        window = (lt["compute_fwd_s"] + lt["compute_bwd_s"] + mt["compute_fwd_s"] + mt["compute_bwd_s"]
+                  + 3.0 * mla_f)  # the MoE layer's compute: what another micro-batch's exchanges run under
+        ec = dispatch.ep_layer_comm(model, cluster, x, window)
     else:
         mt = {k: zero for k in ("compute_fwd_s", "compute_bwd_s", "membound_fwd_s", "membound_bwd_s")}
         ec = {"raw": zero, "exposed": zero, "exposed_fwd": zero}
@@ -160,7 +162,7 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
     cl = _layer_comm(model, cluster, x, lt)
     T = compute.tokens_per_gpu(x)
     pp_raw = comm.pp_microbatch_s(model.hidden_size, T, x, cluster)
-    pp_s = pp_raw * (1.0 - eff.pp_overlap)
+    pp_s = np.where(x.pp_sched == 1, 0.0, pp_raw * (1.0 - eff.pp_overlap))  # DualPipe hides PP sends (pipeline.py)
     single = x.pp == 1
     first = _stage_components(model, cluster, x, x.first, lt, cl, True, single, lg, em, pp_s)
     mid = _stage_components(model, cluster, x, x.mid, lt, cl, False, False, lg, em, pp_s)
@@ -176,7 +178,12 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
     # Components of the slowest stage make up the steady state.
     is_last = (t_last >= t_first) & ((x.pp <= 2) | (t_last >= t_mid))
     is_mid = (~is_last) & (x.pp > 2) & (t_mid > t_first)
-    pick = lambda k: np.where(is_last, last[k], np.where(is_mid, mid[k], first[k]))  # noqa: E731
+    pick_1f1b = lambda k: np.where(is_last, last[k], np.where(is_mid, mid[k], first[k]))  # noqa: E731
+    # DualPipe: the first GPU runs the first and the last stage, half the micro-batches each (pipeline.py)
+    dual_ends = (x.pp_sched == 1) & ((x.pp <= 2) | (0.5 * (t_first + t_last) >= t_mid))
+    dual_mid = (x.pp_sched == 1) & ~dual_ends
+    pick = lambda k: np.where(dual_ends, 0.5 * (first[k] + last[k]),  # noqa: E731
+                              np.where(dual_mid, mid[k], pick_1f1b(k)))
     m = x.m.astype(float)
     out = {k: m * pick(k) for k in first}
     out["bubble_s"] = pipe["bubble_s"]
@@ -185,7 +192,12 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
     psi_e = {st: experts.stage_expert_params(model, x, st) for st in memory.STAGES}
     psi = np.maximum(memory.stage_params(model, x, "first") - psi_e["first"],
                      memory.stage_params(model, x, "last") - psi_e["last"])
+    psi_e_ends = psi_e["first"] + psi_e["last"]
     psi_e = np.maximum(np.maximum(psi_e["first"], psi_e["last"]), np.where(x.pp > 2, psi_e["middle"], 0.0))
+    # DualPipe: the first GPU also holds the last stage (pipeline.py): both stages' gradients and states
+    psi = np.where(x.pp_sched == 1, memory.stage_params(model, x, "first") + memory.stage_params(model, x, "last")
+                   - psi_e_ends, psi)
+    psi_e = np.where(x.pp_sched == 1, np.maximum(psi_e_ends, 2.0 * psi_e), psi_e)
     layers_slow = np.where(is_last, x.last, np.where(is_mid, x.mid, x.first))
     dp = dp_dense = comm.dp_step_s(psi, x, cluster)
     edp = dispatch.expert_dp_step_s(psi_e, x, cluster)

@@ -508,6 +508,23 @@ _TT_MOE_RULES = [
 ]
 
 
+# ---- DeepSeek's DualPipe schedule (Plan.pp_schedule, issue 13): priced, but no framework here runs it
+_DUALPIPE_WHERE = {
+    "megatron": "Megatron-LM@d98e8a64 megatron/ (no DualPipe schedule; its nearest is the combined-1F1B EP "
+                "overlap, moe_overlap: pipeline_parallel/combined_1f1b.py)",
+    "nemo": "Megatron-Bridge@f83545d (Megatron-Core schedules: no DualPipe; moe_overlap is its EP overlap)",
+    "deepspeed": "DeepSpeed main@edaa7221 deepspeed/runtime/pipe/schedule.py (TrainSchedule: 1F1B)",
+    "torchtitan": "torchtitan 0.2.2 pipeline_parallel_schedule (torch ScheduleDualPipeV is the V-shape variant: "
+                  "two stages of a 2*pp split per rank, one weight copy -- not the DualPipe priced here)",
+}
+
+
+def _dualpipe_rule(fw: str) -> Rule:
+    return Rule(f"{fw}-dualpipe", fw, "the DualPipe schedule (DeepSeek-V3's, deepseek-ai/DualPipe) is not "
+                "implemented: use pp_schedule 1f1b", _DUALPIPE_WHERE[fw],
+                lambda p, m, c: "pp_schedule dualpipe" if p.pp_schedule == "dualpipe" else None)
+
+
 # ---- data parallelism as each framework runs it (issue 12)
 
 
@@ -566,10 +583,11 @@ def _dp_rules(fw: str) -> list[Rule]:
 
 
 RULES: dict[str, tuple[Rule, ...]] = {
-    "megatron": tuple(_mcore_rules("megatron")) + tuple(_moe_rules_mcore("megatron")),
-    "nemo": tuple(_mcore_rules("nemo")) + tuple(_NEMO_EXTRA) + tuple(_moe_rules_mcore("nemo")),
-    "deepspeed": tuple(_DS_RULES) + tuple(_DS_MOE_RULES),
-    "torchtitan": tuple(_TT_RULES) + tuple(_TT_MOE_RULES),
+    "megatron": tuple(_mcore_rules("megatron")) + tuple(_moe_rules_mcore("megatron")) + (_dualpipe_rule("megatron"),),
+    "nemo": tuple(_mcore_rules("nemo")) + tuple(_NEMO_EXTRA) + tuple(_moe_rules_mcore("nemo"))
+    + (_dualpipe_rule("nemo"),),
+    "deepspeed": tuple(_DS_RULES) + tuple(_DS_MOE_RULES) + (_dualpipe_rule("deepspeed"),),
+    "torchtitan": tuple(_TT_RULES) + tuple(_TT_MOE_RULES) + (_dualpipe_rule("torchtitan"),),
 }
 for _fw in RULES:
     RULES[_fw] = RULES[_fw] + tuple(_dp_rules(_fw))
