@@ -234,3 +234,62 @@ def test_selective_recompute_of_a_moe_mla_model_is_megatrons_module_set():
     assert E.to_nemo_overrides(sel.plan, m, c)["model.config.recompute_modules"][-1] == "mla_up_proj"
     dense = E.to_megatron_args(ps.Plan(num_gpus=8, tp=8, global_batch=8, seq_len=4096), get_model("llama3.1-8b"), c)
     assert dense[dense.index("--recompute-modules") + 1:][:2] == ["core_attn", "--attention-backend"]
+
+
+def test_dualpipe_bubble_weights_and_hidden_sends():
+    """DualPipe (DeepSeek-V3 report Table 2): bubble (pp/2-1)(F&B+B-3W) = (pp/2-1)*2/3 of a stage's
+    micro-batch time against 1F1B's (pp-1); PP sends hidden; two stages' weights per GPU."""
+    kw = dict(num_gpus=128, tp=8, pp=8, global_batch=512, seq_len=4096, recompute="selective")
+    one = ps.estimate("llama-3-70b", H100, **kw)
+    dual = ps.estimate("llama-3-70b", H100, **kw, pp_schedule="dualpipe")
+    m = one.plan.grad_accum
+    # a stage's micro-batch time: from the 1F1B bubble; DualPipe's has no PP send in it
+    t_stage = one.time.bubble_s / (8 - 1) - one.time.pp_comm_s / m
+    assert dual.time.pp_comm_s == 0.0 and one.time.pp_comm_s > 0
+    assert dual.time.bubble_s == pytest.approx((8 / 2 - 1) * 2.0 / 3.0 * t_stage, rel=1e-9)
+    assert dual.time.bubble_s < 0.3 * one.time.bubble_s
+    # GPU 0 holds the first and the last stage: about twice the weights (the embedding and the head both)
+    assert 1.9 < dual.memory.weights_gib / one.memory.weights_gib < 2.2
+    assert dual.memory.activations_gib > one.memory.activations_gib  # pp+1 micro-batches in flight
+    # an odd pp is refused in one line naming the knob
+    with pytest.raises((ValueError, InputError), match="pp_schedule"):
+        ps.Plan(num_gpus=96, tp=8, pp=3, dp=4, global_batch=512, seq_len=4096,
+                pp_schedule="dualpipe")
+    out = CliRunner().invoke(estimate_main, ["--model", "llama-3-70b", "--gpu", H100, "--gpus", "120", "--tp", "8",
+                                             "--pp", "3", "--global-batch", "500", "--seq-len", "4096",
+                                             "--pp-schedule", "dualpipe"])
+    assert out.exit_code != 0 and "pp_schedule" in out.output and "Traceback" not in out.output
+    # no framework here runs DeepSeek's DualPipe: each refuses it with its rule
+    mdl, c = get_model("llama-3-70b"), get_cluster(H100)
+    for fw in ("megatron", "nemo", "deepspeed", "torchtitan"):
+        assert any(v.rule.id == f"{fw}-dualpipe" for v in F.check(fw, dual.plan, mdl, c))
+
+
+def test_dualpipe_hides_the_expert_all_to_all_of_deepseek_v3():
+    """DeepSeek-V3 on 2,048 H800 (PP16, EP64 over 8 nodes): DualPipe runs one micro-batch's dispatch
+    and combine under another's compute, losing only the SMs the kernels take (20 of 132)."""
+    kw = dict(num_gpus=2048, tp=1, pp=16, ep=64, global_batch=15360, seq_len=4096, precision="fp8",
+              moe_dispatcher="flex", moe_imbalance=1.0)
+    one = ps.estimate("deepseek-v3", "h800-sxm", **kw)
+    dual = ps.estimate("deepseek-v3", "h800-sxm", **kw, pp_schedule="dualpipe")
+    ovl = ps.estimate("deepseek-v3", "h800-sxm", **kw, moe_overlap=True)
+    assert dual.time.ep_comm_s < 0.2 * one.time.ep_comm_s  # at most 20/132 of it stays exposed
+    assert dual.time.ep_comm_s >= 20 / 132 * 0.5 * one.time.ep_comm_s
+    assert dual.step_time_s < ovl.step_time_s < one.step_time_s
+
+
+def test_ep_overlap_hides_at_most_the_layers_compute():
+    """Megatron's EP overlap runs one micro-batch's exchanges under another's compute: when the
+    all-to-all across NICs outlasts the layer's compute (Qwen3-30B-A3B, EP 64 over 8 HGX nodes), less
+    than ep_overlap of it is hidden, and never more than ep_overlap of the compute."""
+    eff = get_cluster(H100).efficiency.ep_overlap
+    kw = dict(num_gpus=64, ep=64, global_batch=512, seq_len=4096, moe_imbalance=1.0)
+    off = ps.estimate("qwen3-30b-a3b", H100, **kw)
+    on = ps.estimate("qwen3-30b-a3b", H100, **kw, moe_overlap=True)
+    hidden = off.time.ep_comm_s - on.time.ep_comm_s
+    assert 0 < hidden < eff * off.time.ep_comm_s
+    assert hidden <= eff * off.time.compute_s
+    # compute-bound (GPT-OSS-120B: wide experts, EP 8 inside one node): ep_overlap of all of it
+    kw = dict(num_gpus=8, ep=8, global_batch=64, seq_len=4096, moe_imbalance=1.0)
+    off, on = ps.estimate("gpt-oss-120b", H100, **kw), ps.estimate("gpt-oss-120b", H100, **kw, moe_overlap=True)
+    assert on.time.ep_comm_s == pytest.approx((1 - eff) * off.time.ep_comm_s, rel=1e-9)
