@@ -85,6 +85,8 @@ def _moe_prefix(model: ModelSpec) -> np.ndarray:
 def stage_moe_layers(model: ModelSpec, x: PlanArrays) -> dict:
     """MoE layers of the ``first`` stage, of the fullest ``middle`` stage (the last middle one:
     the leading dense layers sit on the early stages) and of the ``last`` stage."""
+    if not model.is_moe:  # none (the same zeros, without indexing every candidate: search speed)
+        return {st: np.zeros(len(x)) for st in ("first", "middle", "last")}
     c = _moe_prefix(model)
     l = model.num_layers
     first = c[np.minimum(x.first, l)]
@@ -118,6 +120,8 @@ def logits_stage(x: PlanArrays, stage: str):
 def stage_expert_params(model: ModelSpec, x: PlanArrays, stage: str):
     """Routed-expert parameters one GPU of a stage holds: ``moe layers x E x mlp / (ep*etp)``, plus
     the routed experts of the MTP blocks (:func:`counting.mtp_block_params`) on the logits stage."""
+    if not model.is_moe:
+        return np.zeros(len(x))
     n = stage_moe_layers(model, x)[stage]
     mtp = np.where(logits_stage(x, stage), model.mtp_num_layers if model.is_moe else 0, 0)
     return (n + mtp) * routed_expert_params(model) / (x.ep * x.etp)
@@ -146,6 +150,8 @@ def nonexpert_layer_params(model: ModelSpec) -> float:
 def layer_params_local(model: ModelSpec, x: PlanArrays):
     """Mean parameters of one block on one GPU (dense part ``/tp``; experts of a MoE layer
     ``/(ep*etp)``, weighted by the share of MoE layers)."""
+    if not model.is_moe:  # the same figure: the expert term is zero
+        return nonexpert_layer_params(model) / x.tp
     share = model.num_moe_layers / model.num_layers
     return nonexpert_layer_params(model) / x.tp + share * routed_expert_params(model) / (x.ep * x.etp)
 
