@@ -30,7 +30,7 @@ def _normalize(name: str) -> str:
 def _raw_catalog() -> Mapping[str, Mapping[str, Any]]:
     """The catalog file as parsed YAML: name -> raw field mapping (read once)."""
     text = resources.files("plan_search.hardware").joinpath(CATALOG_RESOURCE).read_text(encoding="utf-8")
-    data = parse_document(text, f"hardware catalog {CATALOG_RESOURCE}")
+    data = parse_document(text, f"hardware catalog {CATALOG_RESOURCE}", fast=True)
     out: dict[str, Mapping[str, Any]] = {}
     for name, fields in data.items():
         if not isinstance(fields, dict):

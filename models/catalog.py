@@ -33,7 +33,7 @@ def normalize_name(name: str) -> str:
 def _raw_entries() -> dict[str, dict[str, Any]]:
     """The catalog as written: name -> field mapping (no defaults filled in)."""
     text = resources.files(__package__).joinpath(CATALOG_RESOURCE).read_text(encoding="utf-8")
-    doc = parse_document(text, f"catalog {CATALOG_RESOURCE}")
+    doc = parse_document(text, f"catalog {CATALOG_RESOURCE}", fast=True)
     entries: dict[str, dict[str, Any]] = {}
     for name, fields in doc.items():
         if not isinstance(name, str) or not isinstance(fields, dict):
