@@ -189,7 +189,7 @@ class EfficiencySpec(_Frozen):
     cp_overlap: float = Field(default=0.8, ge=0, le=1)
     framework_overhead_gib: float = Field(default=2.0, ge=0, le=1e4)
     # fitted by bench/memory_fidelity.py --fit on the 11 torchtitan rows with a measured reserved
-    # peak (planner.costmodel.memory.MEMORY_FIT_NOTE; leave-one-table-out fits 0.275-0.405)
+    # peak (planner.costmodel.memory.MEMORY_FIT_NOTE; leave-one-table-out fits 0.27-0.38)
     fragmentation: float = Field(default=0.31, ge=0, le=10)
     step_overhead_s: float = Field(default=0.05, ge=0, le=1e4)
     a2a_bw_eff: float = Field(default=0.987, gt=0, le=1)
