@@ -7,7 +7,10 @@
 
 Rows: every row of the project's runs files (planner/runs_2026_12.csv, planner/published_runs.csv)
 with ``measured_memory_gb``, plus the published out-of-memory configurations listed in
-:data:`PUBLISHED_OOM` (each must be predicted not to fit).
+:data:`PUBLISHED_OOM` (each must be predicted not to fit). Where an out-of-memory configuration is
+a run that ran on fewer GPUs (Narayanan et al. 2021's 530B ZeRO-3: 640 GPUs ran, 560 did not fit),
+the pair bounds the device figure of the run that ran, and the allocator slack that fits both is
+printed beside the predicted one (:func:`bracket_check`).
 
 What each source measured (:data:`MEASURE_BY_SOURCE`) decides which predicted figure it is
 compared with (:func:`planner.costmodel.memory.as_measured`): ``allocated``
@@ -234,6 +237,50 @@ def oom_check() -> bool:
     return ok
 
 
+def bracket_check() -> None:
+    """A published out-of-memory configuration and a run that ran, the same plan on fewer GPUs
+    (Narayanan et al. 2021 Table 2: 530B ZeRO-3, micro-batch 4, at 560 GPUs did not fit, at 640
+    it ran): between them only the sharded states change, so the two bound the device figure of
+    the run that ran to ``(capacity - delta, capacity]`` with ``delta`` the predicted difference.
+    Printed with the predicted breakdown, to show which part the bound falls on."""
+    from plan_search.hardware.profiles import profile_for
+
+    ran = {}
+    for path in RUN_FILES:
+        if path.is_file():
+            for rec in load_runs(path):
+                p = rec.candidates[0]
+                arch = (rec.model.num_layers, rec.model.hidden_size, rec.model.vocab_size)
+                ran[(arch, rec.gpu, p.tp, p.pp, p.micro_batch, p.zero)] = (rec, path.name)
+    for model, gpu, plan, src in PUBLISHED_OOM:
+        m = get_model(model)
+        c = get_cluster(gpu)
+        arch = (m.num_layers, m.hidden_size, m.vocab_size)
+        hit = ran.get((arch, c.name, plan["tp"], plan["pp"], plan["micro_batch"], plan["zero"]))
+        if hit is None:
+            continue
+        rec, fname = hit
+        c = cluster_for(rec)
+        if "ZeRO-3" in src:
+            c = c.model_copy(update={"efficiency": profile_for(get_cluster(gpu), "deepspeed")})
+        ran_plan = Plan(**dict(plan, num_gpus=rec.candidates[0].num_gpus, global_batch=rec.candidates[0].global_batch))
+        mem = {}
+        for key, pl in (("ran", ran_plan), ("oom", Plan(**plan))):
+            x = PlanArrays.from_plans([pl], m.num_layers)
+            mem[key] = {k: float(v[0]) / memory.GIB for k, v in memory.peak_memory(m, c, x).items()}
+        cap = c.gpu.memory_gib
+        delta = mem["oom"]["total"] - mem["ran"]["total"]
+        r = mem["ran"]
+        print(f"\n{fname} row {rec.index} ({rec.label}, {ran_plan.num_gpus} GPUs) ran; {plan['num_gpus']} GPUs did not fit:")
+        print(f"  together they put its device figure in ({cap - delta:.1f}, {cap:g}] GiB; predicted {r['total']:.1f} = "
+              f"allocated {r['allocated']:.1f} (states {r['weights'] + r['gradients'] + r['optimizer']:.1f}, "
+              f"activations {r['activations']:.1f}, re-run layer/loss {r['transient']:.1f}, "
+              f"gathers {r['zero3_gather_buffer']:.1f}) + allocator slack {r['allocator_slack']:.1f} "
+              f"+ outside the allocator {r['framework_overhead']:.1f}")
+        lo, hi = cap - delta - (r["allocated"] + r["framework_overhead"]), cap - (r["allocated"] + r["framework_overhead"])
+        print(f"  the slack that fits both: {max(lo, 0.0):.1f} to {hi:.1f} GiB against {r['allocator_slack']:.1f} predicted")
+
+
 def ran_over_capacity() -> list[str]:
     """Every dense run of the runs files (with or without a measured peak): those whose printed
     configuration (the least-memory candidate where the source left knobs open) is predicted
@@ -250,7 +297,11 @@ def ran_over_capacity() -> list[str]:
             mem = memory.peak_memory(rec.model, c, PlanArrays.from_plans(plans, rec.model.num_layers))
             best = float(np.min(mem["total"])) / memory.GIB
             if best > c.gpu.memory_gib:
-                over.append(f"{path.name} row {rec.index} ({rec.label}, {best:.1f} of {c.gpu.memory_gib:g} GiB)")
+                i = int(np.argmin(mem["total"]))
+                parts = (f"allocated {float(mem['allocated'][i]) / memory.GIB:.1f} + slack "
+                         f"{float(mem['allocator_slack'][i]) / memory.GIB:.1f} + outside "
+                         f"{float(mem['framework_overhead'][i]) / memory.GIB:.1f}")
+                over.append(f"{path.name} row {rec.index} ({rec.label}, {best:.1f} of {c.gpu.memory_gib:g} GiB: {parts})")
     return over
 
 
@@ -273,6 +324,7 @@ def main() -> int:
           f"default headroom {100 * memory.DEFAULT_MEMORY_HEADROOM:.0f}%")
     refused = [rec.index for (rec, p, c), r in zip(rows, room) if r < memory.DEFAULT_MEMORY_HEADROOM]
     oom_ok = oom_check()
+    bracket_check()
     all_over = ran_over_capacity()
     print(f"\nevery dense run of the runs files (no measured peak needed) predicted above capacity: "
           f"{'; '.join(all_over) if all_over else 'none'}")
