@@ -251,13 +251,15 @@ def bracket_check() -> None:
             for rec in load_runs(path):
                 p = rec.candidates[0]
                 arch = (rec.model.num_layers, rec.model.hidden_size, rec.model.vocab_size)
-                ran[(arch, rec.gpu, p.tp, p.pp, p.micro_batch, p.zero)] = (rec, path.name)
+                ran[(arch, rec.gpu, p.tp, p.pp, p.micro_batch, p.zero, p.recompute, p.sequence_parallel)] = (rec, path.name)
     for model, gpu, plan, src in PUBLISHED_OOM:
         m = get_model(model)
         c = get_cluster(gpu)
         arch = (m.num_layers, m.hidden_size, m.vocab_size)
-        hit = ran.get((arch, c.name, plan["tp"], plan["pp"], plan["micro_batch"], plan["zero"]))
-        if hit is None:
+        want = Plan(**plan)
+        hit = ran.get((arch, c.name, want.tp, want.pp, want.micro_batch, want.zero, want.recompute,
+                       want.sequence_parallel))
+        if hit is None or hit[0].candidates[0].num_gpus <= want.num_gpus:
             continue
         rec, fname = hit
         c = cluster_for(rec)

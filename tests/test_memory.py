@@ -334,7 +334,8 @@ def test_deepspeed_zero3_gathers_one_submodule_at_a_time():
     assert fsdp > 3 * deep  # a whole 5B-parameter block (and the next) against one matrix
     # a model whose sub-modules and blocks are under the live cap: its block stays live and the next
     # 5e7 parameters are prefetched (Llama-3.1-8B, tp 1: block 218M, output layer 525M the largest)
-    p8 = dict(num_gpus=8, micro_batch=1, global_batch=8, seq_len=2048, recompute="full", zero=3, fp32_grads=False)
+    # (8K-token micro-batches: the backward, not the optimizer step, is the peak)
+    p8 = dict(num_gpus=8, micro_batch=2, global_batch=16, seq_len=8192, recompute="full", zero=3, fp32_grads=False)
     got = plan_search.estimate(LLAMA8, ds, **p8).memory.zero3_gather_buffer_gib * 2**30
     out = LLAMA8.vocab_size * LLAMA8.hidden_size
     assert got == pytest.approx(2.0 * (out + memory.DS_PREFETCH_PARAMS) + 2.0 * out, rel=1e-9)
@@ -382,3 +383,22 @@ def test_530b_zero3_deepspeed_figures_and_the_560_gpu_oom():
     assert not oom.feasible
     # 80 fewer GPUs: only the sharded states grow (16 psi (1/560 - 1/640))
     assert (oom.memory.peak_gib - mm.peak_gib) * GIB == pytest.approx(16 * psi * (1 / 560 - 1 / 640), rel=1e-9)
+
+
+def test_deepspeed_zero3_optimizer_step_casts_one_sub_group_to_fp32():
+    """DeepSpeed ZeRO-3's step flattens a sub-group's fp16 gradients (2 B) and casts them to fp32
+    (4 B) for its fused Adam: 6 B per local parameter, at most sub_group_size (1e9) at a time; FSDP
+    with torch's foreach AdamW: 4 B per local parameter (sqrt of the variance), no cap. Llama-3.1-8B
+    on 2 GPUs with almost no activations, so the optimizer step is the peak."""
+    import plan_search
+
+    plan = dict(num_gpus=2, micro_batch=1, global_batch=2, seq_len=128, recompute="full", zero=3, fp32_grads=False)
+    local = counting.total_params(LLAMA8) / 2
+    ds = plan_search.estimate(LLAMA8, "h100-sxm", framework="deepspeed", **plan).memory
+    fsdp = plan_search.estimate(LLAMA8, "h100-sxm", **plan).memory
+    assert local > memory.DS_SUB_GROUP_PARAMS  # 4.0B local: the cap binds
+    assert ds.transient_gib * GIB == pytest.approx(memory.DS_STEP_TEMP_BYTES_PER_PARAM * memory.DS_SUB_GROUP_PARAMS,
+                                                   rel=1e-9)
+    assert ds.transient_gib * GIB == pytest.approx(6 * 1e9, rel=1e-9)
+    assert fsdp.transient_gib * GIB == pytest.approx(4 * local, rel=1e-3)
+    assert ds.activations_gib == 0.0 and fsdp.activations_gib == 0.0

@@ -157,6 +157,14 @@ LOSS_EXTRA_BYTES_PER_LOGIT = 8.0
 #: multi-tensor Adam in place (Megatron's TE/Apex FusedAdam, DeepSpeed's FusedAdam): none.
 OPTIMIZER_TEMP_BYTES_PER_PARAM = 4.0
 
+#: DeepSpeed ZeRO-3's optimizer step instead (the ``deepspeed`` profile): for each sub-group of at
+#: most ``sub_group_size`` local parameters it flattens the fp16/bf16 gradient partitions (2 B) and
+#: casts them to an fp32 gradient (4 B) for its in-place fused Adam: 6 B per parameter at the cast
+#: (``stage3.py`` ``_prepare_fp32_grad_for_sub_group``, the same at v0.3.16 and at 38327e0).
+#: ``sub_group_size`` 1e9 (``zero/config.py`` at 38327e0; 1e12 in the 2021 releases' constants.py).
+DS_STEP_TEMP_BYTES_PER_PARAM = 6.0
+DS_SUB_GROUP_PARAMS = 1e9
+
 #: Which figure a measured peak is: torch.cuda.max_memory_allocated, max_memory_reserved
 #: (torchtitan's "memory"), or nvidia-smi (reserved + CUDA context + NCCL).
 MEASURE_KINDS = ("allocated", "reserved", "device")
@@ -448,7 +456,10 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
 
     backward_moment = states_total + activations + transient + gather
     opt_params = np.where(x.zero >= 1, psi / d, psi)
-    opt_temp = np.where(x.opt_offload | (x.zero < 3) | (d <= 1), 0.0, OPTIMIZER_TEMP_BYTES_PER_PARAM * opt_params)
+    temp = OPTIMIZER_TEMP_BYTES_PER_PARAM * opt_params
+    if eff.zero3_flat:  # DeepSpeed ZeRO-3: the fp32 gradient of one sub-group at a time
+        temp = DS_STEP_TEMP_BYTES_PER_PARAM * np.minimum(opt_params, DS_SUB_GROUP_PARAMS)
+    opt_temp = np.where(x.opt_offload | (x.zero < 3) | (d <= 1), 0.0, temp)
     optimizer_moment = states_total + opt_temp
     # The allocator's reserved-but-unused memory: a fraction of the bytes allocated and freed every
     # micro-batch (stored activations and gathers: many sizes; the loss and re-run-layer buffers
