@@ -519,8 +519,10 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
         data["sets"] = list(data.get("sets") or []) + list(sets)
     request = SearchRequest(**data)
 
-    from plan_search.planner.search.front import search
+    from plan_search.planner.search.front import preload_cp_model, search
 
+    if request.solver == "cpsat":
+        preload_cp_model()  # the solver's import overlaps the pricing (a thread; this process never forks)
     if plot_file:  # fail before searching when matplotlib is missing or the file cannot be written
         from plan_search.models.output import check_output
         from plan_search.planner.plots import plot_format, require_matplotlib

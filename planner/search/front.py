@@ -950,6 +950,8 @@ def _relaxed(m: dict, name: str) -> np.ndarray:
 #: The lazy "memory binds" check times the over-memory plans of a group this many at a time in its
 #: first round, eight times more in each next one, until one is faster than the group's point.
 BIND_ROUND = 16
+#: False: time every over-memory plan of the front's GPU counts (the long way; tests compare the two).
+LAZY_BINDING = True
 
 
 def binding_days(systems, ms, groups, n_groups, request=None, want=None,
@@ -1265,7 +1267,7 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
     own = system_fronts(table, front_rows, len(systems))
     want = np.unique(table.group[np.asarray(front_rows + [rec], dtype=np.int64)]) if front_rows else None
     below = None
-    if rule == "efficiency":  # only the points' flags read the memory figure (the other rules' reason reads
+    if rule == "efficiency" and LAZY_BINDING:  # only the points' flags read the memory figure (the other rules' reason reads
         below = np.full(n_groups, -np.inf)  # every over-memory plan of the wanted groups: all timed)
         pts = np.asarray(front_rows + [i for rr in own for i in rr], dtype=np.int64)
         below[table.group[pts]] = np.inf
@@ -1311,6 +1313,27 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
     return SearchResult(front=front, recommended=recommended, recommended_index=rec_index, objective=req.objective,
                         reason=reason, landmarks=marks, other_fronts=others, stats=stats, inputs=inputs, request=req,
                         recommended_command=estimate_command(req, _gpu_ref(req, rec_sys.name), rec_plan))
+
+
+def _import_cp_model() -> None:
+    try:
+        from ortools.sat.python import cp_model  # noqa: F401
+    except Exception:  # noqa: BLE001  (the solve imports it again and reports the error)
+        pass
+
+
+def preload_cp_model() -> None:
+    """Import OR-Tools' CP-SAT in a background thread while the candidates are enumerated and priced:
+    its import takes ~0.15-0.2 s (it imports pandas), about what the pricing takes, and numpy releases
+    the interpreter lock in its loops, so on two cores the two overlap. The solve's own import finds
+    the module loaded (or waits for the thread: one module lock). A no-op once it is loaded. Called by
+    the ``plan-search`` command, a process that never forks (a fork while the thread holds an import
+    lock would leave the child waiting on it: the API's :func:`search` starts no thread)."""
+    import sys
+    import threading
+
+    if "ortools.sat.python.cp_model" not in sys.modules:
+        threading.Thread(target=_import_cp_model, name="import-cp-sat", daemon=True).start()
 
 
 def _gpu_ref(req: SearchRequest, system_name: str) -> str:
