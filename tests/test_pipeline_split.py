@@ -78,3 +78,108 @@ def test_mtp_block_not_recomputed_with_partial_recomputation():
     # the block keeps its whole stored set (MoE: dispatched tokens, expert inputs), not only its input
     block = (with_mtp.memory.activations_gib - without.memory.activations_gib) * GIB - own
     assert block > 20 * block_input
+
+
+# ------------------------------------------------------------------ Llama 3.1 405B's published split
+def _cli(main, *args):
+    from click.testing import CliRunner
+
+    r = CliRunner().invoke(main, [str(a) for a in args])
+    assert "Traceback" not in r.output
+    return r
+
+
+LLAMA405 = ("--model", "llama3.1-405b", "--gpu", "h100", "--global-batch", 2048, "--seq-len", 8192)
+
+
+def test_405b_pp16_vpp8_with_embedding_and_loss_accounting():
+    """Meta's 405B run (Dubey et al. 2024 Sec. 3.3.1: 16K H100, TP 8, PP 16, 126 layers, the first and
+    last stage one layer short): Megatron's --account-for-embedding/loss-in-pipeline-split makes
+    (126 + 2) / 16 = 8 slots per stage, 7 | 8 x 14 | 7 layers, and 8 virtual stages of one slot."""
+    from plan_search.cli.estimate import main
+
+    r = _cli(main, *LLAMA405, "--gpus", 16384, "--tp", 8, "--pp", 16, "--vpp", 8,
+             "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
+             "--framework", "megatron", "--emit")
+    assert r.exit_code in (0, 3), r.output  # 3: priced, over memory with selective recomputation
+    assert "7|8x14|7 layers (embedding and loss counted as a layer)" in " ".join(r.output.split())
+    assert "--account-for-embedding-in-pipeline-split" in r.output
+    assert "--account-for-loss-in-pipeline-split" in r.output
+    assert "--num-virtual-stages-per-pipeline-rank 8" in r.output
+    e = ps.estimate("llama3.1-405b", "h100", num_gpus=16384, tp=8, pp=16, vpp=8, global_batch=2048, seq_len=8192,
+                    account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True)
+    assert e.plan.split(126) == [7] + [8] * 14 + [7]
+    # without the accounting Megatron (and plan-estimate) refuse pp*vpp = 128 > 126 layers
+    r = _cli(main, *LLAMA405, "--gpus", 16384, "--tp", 8, "--pp", 16, "--vpp", 8)
+    assert r.exit_code == 2 and "exceeds num_layers 126" in r.output
+
+
+def test_405b_search_finds_the_accounted_split():
+    from plan_search.cli.search import main
+
+    r = _cli(main, *LLAMA405, "--gpus", 16384, "--tp", 8, "--pp", 16)
+    assert r.exit_code == 0, r.output
+    out = " ".join(r.output.split())
+    assert "uneven stages: first 7, last 7 layers" in out
+    assert "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split" in out.replace("\\ ", "")
+
+
+@pytest.mark.parametrize("pp,split,flags", [
+    (5, "26|25x4 layers (balanced: 5 does not divide 126)",
+     ["--decoder-first-pipeline-num-layers 26", "--decoder-last-pipeline-num-layers 25"]),
+    (4, None, None),
+])
+def test_balanced_uneven_split_estimated_and_emitted(pp, split, flags):
+    """pp not dividing the layers: priced on the balanced split (leftovers to the first stages, as
+    torchtitan does) and printed; Megatron runs it only through explicit end stages with even middle
+    stages, so the emitted flags carry them, and a split it cannot write is refused with the rule."""
+    from plan_search.cli.estimate import main
+
+    args = (*LLAMA405, "--gpus", pp * 32, "--tp", 8, "--pp", pp, "--global-batch", 64, "--recompute", "full")
+    r = _cli(main, *args)
+    assert r.exit_code in (0, 3), r.output
+    e = ps.estimate("llama3.1-405b", "h100", num_gpus=pp * 32, tp=8, pp=pp, global_batch=64, seq_len=8192,
+                    recompute="full")
+    assert max(e.plan.split(126)) == -(-126 // pp) and sum(e.plan.split(126)) == 126
+    r = _cli(main, *args, "--framework", "megatron", "--emit")
+    if flags:
+        assert split in " ".join(r.output.split())
+        for f in flags:
+            assert f in r.output
+        # the emitted split is the priced one: same step time as the explicit plan
+        ex = ps.estimate("llama3.1-405b", "h100", num_gpus=pp * 32, tp=8, pp=pp, global_batch=64, seq_len=8192,
+                         recompute="full", first_stage_layers=26, last_stage_layers=25)
+        assert ex.step_time_s == pytest.approx(e.step_time_s, rel=1e-12)
+    else:
+        assert r.exit_code == 2
+        assert r.output.strip().count("\n") == 0
+        assert "megatron-uneven-split" in r.output and "32|32|31|31" in r.output
+        assert "first_stage_layers 31 and last_stage_layers 31" in r.output
+
+
+# ------------------------------------------------------------------ lighter end stages in the search
+def test_search_puts_mtp_and_loss_on_a_lighter_last_stage():
+    """DeepSeek-V3 (61 layers, MTP) at pp 16 had no split in the space (the ends' 5 layers are odd);
+    the search now offers Megatron-Bridge's layout, 4 | 4 x 14 | 1 + MTP + loss, which is faster than
+    the ends one layer apart, and the Megatron flags carry it."""
+    r = ps.search(model="deepseek-v3", gpu="h100", gpus=[2048], knobs=dict(pp=[16], tp=[2]))
+    best = min(r.front, key=lambda p: p.step_time_s)
+    assert (best.plan.first_stage_layers, best.plan.last_stage_layers) == (4, 1)
+    assert best.plan.split(61) == [4] * 15 + [1]
+    kw = {k: v for k, v in best.plan.model_dump().items() if k not in ("first_stage_layers", "last_stage_layers")}
+    steps = {fl: ps.estimate("deepseek-v3", "h100", **kw, first_stage_layers=fl[0], last_stage_layers=fl[1]).step_time_s
+             for fl in ((4, 1), (3, 2), (2, 3))}
+    assert steps[(4, 1)] == pytest.approx(best.step_time_s, rel=1e-9)
+    assert steps[(4, 1)] < steps[(3, 2)] < steps[(2, 3)]
+    args = " ".join(ps.to_megatron_args(best.plan, get_model("deepseek-v3")))
+    assert "--decoder-first-pipeline-num-layers 4" in args and "--decoder-last-pipeline-num-layers 1" in args
+    assert "--mtp-num-layers 1" in args
+
+
+def test_search_offers_ends_one_layer_apart():
+    """Without MTP, an odd rest is shared by ends one layer apart, either way round (it was skipped)."""
+    m = get_model("qwen3-235b-a22b")  # 94 layers: pp 5 leaves 94 - 3*19 = 37 for the ends
+    r = ps.search(model=m, gpu="h100", gpus=[640], knobs=dict(pp=[5], tp=[4], ep=[8], recompute=["full"]),
+                  objective="fastest")
+    ends = {(p.plan.first_stage_layers, p.plan.last_stage_layers) for p in r.front}
+    assert ends and ends <= {(19, 18), (18, 19)}

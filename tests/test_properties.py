@@ -396,6 +396,33 @@ def test_higher_zero_stage_never_needs_more_memory(model, system, data):
 
 
 # ------------------------------------------------------------------ the space against Plan validation
+def _splits(model, pp, knobs):
+    """The pipeline splits the space offers for ``pp`` (as Plan keywords), written out by hand: even when
+    pp divides the layers; else middle stages of ceil(l/pp) layers and the ends sharing the rest --
+    equally when it is even (issue 12), one layer apart either way round when it is odd, or, for a model
+    with multi-token prediction, the last stage alone short (Megatron-Bridge's DeepSeek-V3 layouts; issue 13);
+    end stages of >= 2 layers and half a middle one (the last counting its MTP depths), >= 1 with pp given."""
+    l = model.num_layers
+    if pp <= 2 or l % pp == 0:
+        return [{}]
+    mid = -(-l // pp)
+    edge = l - (pp - 2) * mid
+    need = max(2, -(-mid // 2)) if not knobs.pp else 1
+    out = []
+    if edge % 2 == 0 and (edge // 2 >= need if not knobs.pp else edge > 1):
+        split = dict(first_stage_layers=edge // 2, last_stage_layers=edge // 2)
+        if edge // 2 == mid - 1 and pp * mid == l + 2:  # the split Megatron's embedding/loss accounting makes
+            split = dict(account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True)
+        out.append(split)
+    last = edge - mid
+    if model.mtp_num_layers and last >= 1 and last + model.mtp_num_layers >= need:
+        out.append(dict(first_stage_layers=mid, last_stage_layers=last))
+    elif edge % 2 and edge // 2 >= need:
+        out += [dict(first_stage_layers=edge // 2 + 1, last_stage_layers=edge // 2),
+                dict(first_stage_layers=edge // 2, last_stage_layers=edge // 2 + 1)]
+    return [dict(t) for t in {tuple(sorted(d.items())) for d in out}]
+
+
 def _brute_force(model, cluster, counts, gb, seq, knobs: Knobs) -> set:
     """Every plan of ``knobs``' domains, found by constructing Plan objects over all knob values."""
     l = model.num_layers
@@ -408,48 +435,40 @@ def _brute_force(model, cluster, counts, gb, seq, knobs: Knobs) -> set:
         if cp > 1 and seq % (2 * cp):
             continue
         dp = n // (tp * pp * cp)
-        split = {}
-        if pp > 2 and l % pp:
-            mid = -(-l // pp)
-            edge = l - (pp - 2) * mid
-            # default domain: end stages of >= 2 layers and half a middle one (no thin-end artefacts)
-            if edge % 2 or (edge // 2 < max(2, -(-mid // 2)) if not knobs.pp else edge <= 1):
-                continue
-            split = dict(first_stage_layers=edge // 2, last_stage_layers=edge // 2)
-            if edge // 2 == mid - 1 and pp * mid == l + 2:  # the split Megatron's embedding/loss accounting makes
-                split = dict(account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True)
-        mbs = [m for m in (1, 2, 4, 8) if m <= knobs.max_micro_batch]
-        for mb, vpp in product(mbs, range(1, min(knobs.max_vpp or l + 2, l + 2) + 1)):
-            if gb % (dp * mb):
-                continue
-            for zero in ([z for z in knobs.zero] if dp > 1 else [min(knobs.zero)]):
-                base = dict(num_gpus=n, tp=tp, pp=pp, cp=cp, vpp=vpp, micro_batch=mb, global_batch=gb, seq_len=seq,
-                            zero=zero, **split)
-                try:
-                    probe = Plan(**base, recompute="none")
-                    probe.check_against(model)
-                except (ValueError, InputError):
+        splits = _splits(model, pp, knobs)
+        for split in splits:
+            mbs = [m for m in (1, 2, 4, 8) if m <= knobs.max_micro_batch]
+            for mb, vpp in product(mbs, range(1, min(knobs.max_vpp or l + 2, l + 2) + 1)):
+                if gb % (dp * mb):
                     continue
-                f, mid, la = probe.stage_layers(l)
-                L = max(f, mid, la)
-                variants = []
-                for r in knobs.recompute:
-                    if r == "partial":
-                        ks = []
-                        for frac in PARTIAL_FRACTIONS:
-                            k = math.ceil(frac * L)
-                            if 1 <= k < L and k not in ks:
-                                ks.append(k)
-                        variants += [dict(recompute="full", recompute_layers=k) for k in ks]
-                    else:
-                        variants.append(dict(recompute=r))
-                for sp_on in knobs.sequence_parallel:
-                    if not sp_on and tp == 1 and True in knobs.sequence_parallel:
-                        continue  # the same plan as with SP on
-                    for v in variants:
-                        p = Plan(**base, **v, sequence_parallel=sp_on)
-                        p.check_against(model)
-                        out.add(p)
+                for zero in ([z for z in knobs.zero] if dp > 1 else [min(knobs.zero)]):
+                    base = dict(num_gpus=n, tp=tp, pp=pp, cp=cp, vpp=vpp, micro_batch=mb, global_batch=gb, seq_len=seq,
+                                zero=zero, **split)
+                    try:
+                        probe = Plan(**base, recompute="none")
+                        probe.check_against(model)
+                    except (ValueError, InputError):
+                        continue
+                    f, mid, la = probe.stage_layers(l)
+                    L = max(f, mid, la)
+                    variants = []
+                    for r in knobs.recompute:
+                        if r == "partial":
+                            ks = []
+                            for frac in PARTIAL_FRACTIONS:
+                                k = math.ceil(frac * L)
+                                if 1 <= k < L and k not in ks:
+                                    ks.append(k)
+                            variants += [dict(recompute="full", recompute_layers=k) for k in ks]
+                        else:
+                            variants.append(dict(recompute=r))
+                    for sp_on in knobs.sequence_parallel:
+                        if not sp_on and tp == 1 and True in knobs.sequence_parallel:
+                            continue  # the same plan as with SP on
+                        for v in variants:
+                            p = Plan(**base, **v, sequence_parallel=sp_on)
+                            p.check_against(model)
+                            out.add(p)
     return out
 
 

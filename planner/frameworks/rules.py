@@ -167,6 +167,11 @@ def _mcore_rules(fw: str) -> list[Rule]:
               if p.overlap_tp_comm and p.tp > 1 and not p.sequence_parallel else None),
         ]
     out += [
+        R("uneven-split", "pp must divide the layers, or an uneven split must give the first/last stage layers "
+          "and split the rest evenly over the middle stages",
+          f"{_MC} TransformerConfig.__post_init__ (num_layers_in_first/last_pipeline_stage: middle layers "
+          "divisible by the middle stages); Megatron-LM validate_args (num_layers % pipeline size without them)",
+          lambda p, m, c: _mcore_split(p, m)),
         R("vpp-uneven", "with virtual stages the first and last stage layers must divide by vpp",
           f"{_MC} TransformerConfig.__post_init__ (num_layers_in_first/last_pipeline_stage)",
           lambda p, m, c: _vpp_uneven(p, m)),
@@ -184,6 +189,27 @@ def _mcore_rules(fw: str) -> list[Rule]:
           else f"{_NM} MegatronMixedPrecision(fp8=...) (Transformer Engine)", lambda p, m, c: _fp8_gpu(p, c)),
     ]
     return out
+
+
+def _balanced_uneven(p: Plan, num_layers: int) -> bool:
+    """The plan's default split when pp does not divide the layers (:meth:`Plan.split`), no ends given."""
+    return (p.pp > 1 and not _uneven(p) and num_layers % p.pp != 0
+            and not (p.account_for_embedding_in_pipeline_split or p.account_for_loss_in_pipeline_split))
+
+
+def _mcore_split(p: Plan, m: ModelSpec) -> Optional[str]:
+    """A balanced split Megatron cannot write: its uneven pipeline takes explicit first/last stage
+    layers and splits the rest evenly over the middle stages; the nearest split it can run instead."""
+    if not _balanced_uneven(p, m.num_layers):
+        return None
+    s = p.split(m.num_layers)
+    if len(set(s[1:-1])) <= 1:
+        return None  # written as --decoder-first/last-pipeline-num-layers by normalize()
+    l, pp = m.num_layers, p.pp
+    mid = -(-l // pp)
+    rest = l - (pp - 2) * mid
+    hint = f"; e.g. first_stage_layers {rest - rest // 2} and last_stage_layers {rest // 2}" if rest >= 2 else ""
+    return f"balanced split {'|'.join(map(str, s))} has unequal middle stages{hint}"
 
 
 def _vpp_uneven(p: Plan, m: ModelSpec) -> Optional[str]:
@@ -693,6 +719,10 @@ def normalize(framework: str, plan: Plan, num_layers: int | None = None) -> Plan
     first/last split is written out in full (both ends), or dropped when it is the even split."""
     fw = _known(framework)
     p = _rebuild(plan, **_inert(fw, plan))
+    if num_layers is not None and fw in ("megatron", "nemo") and _balanced_uneven(p, num_layers):
+        s = p.split(num_layers)  # issue 12: Megatron splits unevenly only through explicit end stages
+        if len(set(s[1:-1])) <= 1:
+            p = _rebuild(p, first_stage_layers=s[0], last_stage_layers=s[-1])
     if num_layers is not None and _uneven(p):
         f, mid, la = p.stage_layers(num_layers)
         if num_layers % p.pp == 0 and f == la == num_layers // p.pp and (p.pp == 2 or mid == f):

@@ -13,7 +13,8 @@ rebuilt by :meth:`Space.plan` validate and give back the same row), within the u
   uneven first/last stages do (the rule of :mod:`planner.calibration`): middle stages take
   ``ceil(l/p)`` layers and the first and last share the rest equally (skipped when the rest is
   odd or when an end stage would hold fewer than 2 layers or less than half a middle stage:
-  such splits exist only to make a GPU count divide);
+  such splits exist only to make a GPU count divide); an odd rest goes to ends one layer apart, and
+  a model with multi-token prediction gets the last stage alone short (:func:`lighter_end_splits`);
 - ``cp`` powers of two with ``seq_len % (2 cp) == 0`` (FlashAttention is always on);
 - ``dp = N / (tp pp cp)`` an integer, ``global_batch % (dp * micro_batch) == 0``;
 - ``vpp`` 1, or a divisor of the layers per (middle) stage with ``pp > 1``, ``pp vpp <= l`` and
@@ -250,12 +251,52 @@ def pp_domain(model: ModelSpec, knobs: Knobs):
     last = np.where(two, l // 2, first)
     first = np.where(two, l - l // 2, first)
     mid = np.where(two, first, mid)
+    extra = lighter_end_splits(l, cand[cand > 2], bool(knobs.pp), model.mtp_num_layers)  # issue 13
+    if extra.size:
+        known = set(zip(p.tolist(), first.tolist(), last.tolist()))
+        extra = np.unique(extra, axis=0)
+        extra = extra[[(a, b, d) not in known for a, b, d in extra[:, [0, 1, 3]].tolist()]].reshape(-1, 4)
+        order = np.argsort(np.concatenate([p, extra[:, 0]]), kind="stable")
+        p, first, mid, last = (np.concatenate([col, extra[:, j]])[order] for j, col in enumerate((p, first, mid, last)))
+        uneven = np.concatenate([uneven, np.ones(len(extra), dtype=bool)])[order]
     if knobs.pp and p.size == 0:
         raise InputError(
             f"pp: none of {list(knobs.pp)} divides num_layers {l} or splits it unevenly "
-            "(middle stages ceil(l/pp) layers, first and last sharing an even rest)"
+            "(middle stages ceil(l/pp) layers, the first and last stages sharing the rest)"
         )
     return p, first, mid, last, uneven
+
+
+def lighter_end_splits(num_layers: int, pps, given: bool = False, mtp_layers: int = 0) -> np.ndarray:
+    """Rows ``(pp, first, mid, last)`` of the uneven splits :func:`pp_domain`'s symmetric rule leaves out
+    (issue 13), for ``pp > 2`` with middle stages of ``m = ceil(l/pp)`` layers:
+
+    - with multi-token prediction, the last stage alone ``pp*m - l`` layers short, the first full:
+      Megatron-Bridge's DeepSeek-V3 layouts (recipes/deepseek/deepseek_v3.py ``set_deepseek_v3_pipeline_model_parallel_layout``:
+      pp 16 ``4|4x14|1 + mtp + loss``, pp 8 ``8|8x6|5 + mtp + loss``, pp 4 ``16|16x2|13 + mtp +
+      loss``), the output layer, the loss and the MTP depths weighing on the last stage (without them
+      DeepSeek-V3's 61 layers had no split at pp 8 or 16);
+    - otherwise ends one layer apart when they share an odd rest (either way round).
+
+    End stages obey :func:`pp_domain`'s thickness rule (at least 2 layers and half a middle stage,
+    unless ``pp`` is ``given``), the last stage counting its ``mtp_layers`` as layers. One or two rows
+    per ``pp`` at most (the search's size: every added split multiplies the rows of its ``pp``).
+    Megatron runs them with --decoder-first/last-pipeline-num-layers."""
+    rows = []
+    for pp in (int(v) for v in np.asarray(pps).tolist()):
+        if pp <= 2 or pp > num_layers:
+            continue
+        m = -(-num_layers // pp)
+        edge = num_layers - (pp - 2) * m  # the ends' share
+        if edge == 2 * m:
+            continue  # pp divides the layers: the even split
+        need = 1 if given else max(2, (m + 1) // 2)
+        lo, last = edge // 2, edge - m
+        if mtp_layers and last >= 1 and last + mtp_layers >= need:
+            rows.append((pp, m, m, last))
+        elif edge % 2 and lo >= need:
+            rows += [(pp, lo + 1, m, lo), (pp, lo, m, lo + 1)]
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 4)
 
 
 def cp_domain(seq_len: int, knobs: Knobs) -> np.ndarray:
