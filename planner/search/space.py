@@ -272,9 +272,11 @@ def lighter_end_splits(num_layers: int, pps, given: bool = False, mtp_layers: in
     (issue 13), for ``pp > 2`` with middle stages of ``m = ceil(l/pp)`` layers:
 
     - with multi-token prediction, the last stage alone ``pp*m - l`` layers short, the first full:
-      Megatron-Bridge's DeepSeek-V3 layouts (recipes/deepseek/deepseek_v3.py ``set_deepseek_v3_pipeline_model_parallel_layout``:
-      pp 16 ``4|4x14|1 + mtp + loss``, pp 8 ``8|8x6|5 + mtp + loss``, pp 4 ``16|16x2|13 + mtp +
-      loss``), the output layer, the loss and the MTP depths weighing on the last stage (without them
+      Megatron-Bridge's DeepSeek-V3 layouts (NVIDIA-NeMo/Megatron-Bridge
+      src/megatron/bridge/recipes/deepseek/deepseek_v3.py @ 355cef45,
+      ``set_deepseek_v3_pipeline_model_parallel_layout``: pp 16 ``4|4x14|1 + mtp + loss``, pp 8
+      ``8|8x6|5 + mtp + loss``, pp 4 ``16|16x2|13 + mtp + loss``), the output layer, the loss and
+      the MTP depths weighing on the last stage (without them
       DeepSeek-V3's 61 layers had no split at pp 8 or 16);
     - otherwise ends one layer apart when they share an odd rest (either way round).
 
