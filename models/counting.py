@@ -30,7 +30,9 @@ Formulas (see ``README`` and ``../shared/reference/cost-model.md``):
   ``s`` with full (non-causal) counting, as Narayanan et al. count them, ``s/2`` with causal
   counting (the work a causal FlashAttention kernel actually does); local layers (sliding window
   ``w``, chunks of ``c``) are charged their window. Non-causal counting is 2x the causal span
-  for every kind, so dense full-attention counts are unchanged.
+  for every kind, so dense full-attention counts are unchanged. An unfused kernel does not skip
+  the window (it masks the whole ``s x s`` square): the cost model charges it the square
+  (:func:`attention_span`).
 - Backward = 2 x forward. Full recomputation adds one forward of the transformer layers (not the
   logits layer); selective recomputation (Korthikanti et al. 2022) adds the attention products only.
 """
@@ -315,11 +317,6 @@ def total_attention_span(m: ModelSpec, seq_len, causal: bool = False):
     if n_local:
         total = total + n_local * attention_span(m, seq_len, causal=causal, local=True)
     return total
-
-
-def local_attention_layers_between(m: ModelSpec, start: int, stop: int) -> int:
-    """Local (windowed) attention blocks among blocks ``start .. stop-1`` (a pipeline stage's share)."""
-    return sum(1 for i in range(max(start, 0), min(stop, m.num_layers)) if m.is_local_attention_layer(i))
 
 
 # ---------------------------------------------------------------- FLOPs
