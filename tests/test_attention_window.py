@@ -58,8 +58,9 @@ def test_gpt_oss_window_saves_exactly_the_counted_attention_flops():
     d_compute = e_full.time.compute_s - e_win.time.compute_s
     assert d_compute == pytest.approx(expected, rel=1e-9)
     assert e_full.step_time_s - e_win.step_time_s == pytest.approx(expected, rel=1e-6)
-    # the attention is a real part of this step: the window saves 5.3% of it
-    assert (e_full.step_time_s - e_win.step_time_s) / e_full.step_time_s == pytest.approx(0.0528, abs=5e-4)
+    # the attention is a real part of this step: the window saves a few per cent of it (5.3% with the
+    # 2026-12-01 H100 efficiencies)
+    assert 0.02 < (e_full.step_time_s - e_win.step_time_s) / e_full.step_time_s < 0.10
     # everything else is the same plan
     for k in ("memory_bound_s", "ep_comm_s", "optimizer_s", "overhead_s"):
         assert getattr(e_win.time, k) == pytest.approx(getattr(e_full.time, k), rel=1e-12)
@@ -122,24 +123,36 @@ def test_mla_attention_core_runs_at_v_head_dim():
     assert model_flops > counting.training_flops_per_iteration(m, 4096, 4096, mtp=False)
 
 
-@pytest.mark.parametrize("name,gpu,plan,step_s,mfu", [
-    # pinned before and after the change (git 2d26395 and this commit): full attention does not move
-    ("gpt3-175b", "a100", dict(num_gpus=1024, tp=8, pp=8), 20.31544999937781, 0.5216787415831322),
-    ("llama3.1-70b", "h100", dict(num_gpus=64, tp=8, pp=4, vpp=5, seq_len=8192, global_batch=128),
-     19.413264976042843, 0.41066427791128796),
+@pytest.mark.parametrize("name,gpu,plan", [
+    ("gpt3-175b", "a100", dict(num_gpus=1024, tp=8, pp=8)),
+    ("llama3.1-70b", "h100", dict(num_gpus=64, tp=8, pp=4, vpp=5, seq_len=8192, global_batch=128)),
     ("llama3.1-70b", "h100", dict(num_gpus=64, tp=8, pp=4, seq_len=4096, global_batch=128,
-                                  flash_attention=False, recompute="full"), 14.107928668426796, 0.2636430473450141),
-    ("qwen3-30b-a3b", "h100", dict(num_gpus=64, tp=2, pp=2, ep=8, global_batch=256),
-     2.392602785876913, 0.19319396279453205),
+                                  flash_attention=False, recompute="full")),
+    ("qwen3-30b-a3b", "h100", dict(num_gpus=64, tp=2, pp=2, ep=8, global_batch=256)),
 ])
-def test_full_attention_models_unchanged(name, gpu, plan, step_s, mfu):
-    e = ps.estimate(name, gpu, **plan)
-    assert e.step_time_s == pytest.approx(step_s, rel=1e-9)
-    assert e.mfu == pytest.approx(mfu, rel=1e-9)
-    # and a window covering the sequence is the same as no window
+def test_full_attention_models_unchanged(name, gpu, plan):
+    """Full attention keeps the counts the model had before (git 2d26395): the attention products
+    ``4 s a hd`` per token and layer (FlashAttention: the causal half), the same step time as with a
+    window covering the sequence, and MFU's numerator Narayanan's count. (The step times measured
+    before and after the change were identical to the last digit: gpt3-175b 20.31544999937781 s,
+    llama3.1-70b 19.413264976042843 s and 14.107928668426796 s, qwen3-30b-a3b 2.392602785876913 s
+    with the 2026-12-01 efficiencies; FLOPs are pinned here, as efficiencies get refitted.)"""
+    from plan_search.planner.costmodel import compute
+    from plan_search.planner.costmodel.arrays import PlanArrays
+
     m = get_model(name)
+    e = ps.estimate(name, gpu, **plan)
+    p = e.plan
+    x = PlanArrays.from_plans([p], m.num_layers)
+    s, T = p.seq_len, p.micro_batch * p.seq_len / p.cp
+    old = 4.0 * T * s * m.num_heads * m.head_dim / p.tp * (0.5 if p.flash_attention else 1.0)
+    assert compute.attention_fwd_flops(m, x)[0] == pytest.approx(old, rel=1e-12)
+    old_model_flops = 3.0 * p.global_batch * s * (counting.layer_gemm_flops_per_token(m) + counting.logits_flops_per_token(m)
+                                                 + 4.0 * s * m.num_heads * m.head_dim * m.num_layers)
+    assert e.model_tflops_per_gpu * 1e12 * e.step_time_s * p.num_gpus == pytest.approx(old_model_flops, rel=1e-9)
+    # and a window covering the sequence is the same as no window
     d = m.model_dump()
-    d.update(attention_window=e.plan.seq_len, global_attention_every=2)
+    d.update(attention_window=p.seq_len, global_attention_every=2)
     same = ps.estimate(ModelSpec.model_validate(d), gpu, **plan)
     assert same.step_time_s == pytest.approx(e.step_time_s, rel=1e-12)
     assert same.mfu == pytest.approx(e.mfu, rel=1e-12)
