@@ -161,8 +161,9 @@ def test_balanced_uneven_split_estimated_and_emitted(pp, split, flags):
 def test_search_puts_mtp_and_loss_on_a_lighter_last_stage():
     """DeepSeek-V3 (61 layers, MTP) at pp 16 had no split in the space (the ends' 5 layers are odd);
     the search now offers Megatron-Bridge's layout, 4 | 4 x 14 | 1 + MTP + loss, which is faster than
-    the ends one layer apart, and the Megatron flags carry it."""
-    r = ps.search(model="deepseek-v3", gpu="h100", gpus=[2048], knobs=dict(pp=[16], tp=[2]))
+    the ends one layer apart, and the Megatron flags carry it (searched for Megatron: its
+    --decoder-last-pipeline-num-layers 1 takes no virtual stages)."""
+    r = ps.search(model="deepseek-v3", gpu="h100", gpus=[2048], knobs=dict(pp=[16], tp=[2]), framework="megatron")
     best = min(r.front, key=lambda p: p.step_time_s)
     assert (best.plan.first_stage_layers, best.plan.last_stage_layers) == (4, 1)
     assert best.plan.split(61) == [4] * 15 + [1]
