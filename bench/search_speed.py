@@ -10,7 +10,8 @@ to end <= 2x for GPT-3, <= 3x for DeepSeek-V3.
     python bench/search_speed.py --published  # + best plan found vs each published plan
 
 Prints the median of several runs of (a) the CLI end to end (a subprocess: interpreter start,
-imports, catalogs, search, JSON output), (b) :func:`planner.search.search` in-process (warm;
+imports, catalogs, search, JSON output; the floor and the CLI both run with Python's bytecode
+cache on, as an installed package does, unless ``--no-bytecode-cache``), (b) :func:`planner.search.search` in-process (warm;
 the first, cold call is printed apart), (c) the exhaustive oracle on the same space, with the
 phase times; then how the search time grows with the GPU range, the number of GPU types and the
 model depth (megatron-gpt-1t). Targets (issue 4, 2-core machine): CLI <= 2 s, search <= 1 s.
@@ -24,6 +25,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -120,10 +122,29 @@ CASES = {
 }
 
 
+#: Environment of the timed processes (floor and CLI alike), set by main(): bytecode caching on, in a
+#: private cache directory (PYTHONPYCACHEPREFIX), unless --no-bytecode-cache.
+ENV: dict | None = None
+
+
 def _process_time(cmd: list[str]) -> float:
     t = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT, env=ENV)
     return time.perf_counter() - t
+
+
+def _bytecode_env(cache_dir: str) -> dict:
+    """The environment with Python's bytecode cache on, written under ``cache_dir``: an installed
+    package starts from its cached bytecode (pip compiles a wheel's modules; an editable install
+    writes ``__pycache__`` on first import), while ``PYTHONDONTWRITEBYTECODE=1`` -- set in some
+    shared workplaces to keep ``__pycache__`` out of the tree -- makes every start compile the
+    package's ~40 modules again (the floor's numpy/pydantic/pandas keep their site-packages
+    bytecode either way). The prefix applies to the floor and the CLI alike; one warm-up run of
+    each fills it."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = cache_dir
+    return env
 
 
 def main() -> int:
@@ -131,8 +152,22 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5, help="repetitions per figure (medians)")
     ap.add_argument("--published", action="store_true", help="compare with the published runs")
     ap.add_argument("--no-growth", action="store_true", help="main figures only")
+    ap.add_argument("--no-bytecode-cache", action="store_true",
+                    help="time the processes in this environment as it is (with PYTHONDONTWRITEBYTECODE=1 the "
+                         "package is compiled again at every start); default: bytecode cached, as installed")
     args = ap.parse_args()
-    print(f"plan-search speed, {os.cpu_count()} CPU(s), python {sys.version.split()[0]}")
+    global ENV
+    cache = None
+    if not args.no_bytecode_cache:
+        cache = tempfile.TemporaryDirectory(prefix="plan-search-pyc-")
+        ENV = _bytecode_env(cache.name)
+    load = ", load average %.1f" % os.getloadavg()[0] if hasattr(os, "getloadavg") else ""
+    print(f"plan-search speed, {os.cpu_count()} CPU(s){load}, python {sys.version.split()[0]}, processes "
+          + ("with bytecode cached (as installed)" if cache else "in this environment as it is"))
+    if cache:  # warm-up: fills the bytecode cache of the floor's modules and the CLI's
+        _process_time(FLOOR)
+        for _req, cli, _a, _b in CASES.values():
+            _process_time(_cli_cmd() + cli)
     floors, figures = [], {name: {"search": [], "cli": []} for name in CASES}
     last = {}
     for name, (req, _cli, _a, _b) in CASES.items():  # warm-up: first (cold) call apart
@@ -161,6 +196,8 @@ def main() -> int:
               f"{st.feasible:,} feasible, front {len(last[name].front)}; enumerate {st.enumerate_s:.3f} s, "
               f"evaluate {st.evaluate_s:.3f} s, solve {st.solve_s:.3f} s")
     print(f"targets: {'all MET' if met else 'NOT all met'}")
+    if hasattr(os, "getloadavg"):
+        print(f"load average at the end: {os.getloadavg()[0]:.1f} (ratios move with the machine's load)")
 
     if not args.no_growth:
         main_req = dict(model="gpt3-175b", gpu=["a100-80gb"], max_gpus=16384)
