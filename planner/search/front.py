@@ -82,7 +82,7 @@ from plan_search.planner.search.request import (
     SearchStats,
 )
 from plan_search.planner.search.command import estimate_command
-from plan_search.planner.search.space import Space, enumerate_space
+from plan_search.planner.search.space import Space, concat_columns, enumerate_space
 
 EVAL_CHUNK = 16384
 #: Columns of evaluate() the search keeps for every candidate.
@@ -238,7 +238,7 @@ def time_rows(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, cols: dict,
 
 def _concat_spaces(spaces: list[Space]) -> Space:
     first = spaces[0]
-    x = PlanArrays(**{f.name: np.concatenate([getattr(s.x, f.name) for s in spaces]) for f in fields(PlanArrays)})
+    x = PlanArrays(**{f.name: concat_columns([getattr(s.x, f.name) for s in spaces]) for f in fields(PlanArrays)})
     return Space(first.model, first.cluster, x, np.concatenate([s.rc_kind for s in spaces]),
                  np.concatenate([s.uneven for s in spaces]), first.combos, np.concatenate([s.combo for s in spaces]))
 

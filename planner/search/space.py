@@ -142,6 +142,25 @@ def combo_columns(combo: dict, num_layers: int) -> dict[str, object]:
     return {f.name: getattr(cols, f.name)[0] for f in dc_fields(PlanArrays) if f.name not in CORE_COLUMNS}
 
 
+def constant_column(value, n: int, dtype=None) -> np.ndarray:
+    """A column holding ``value`` on all ``n`` rows, as a read-only broadcast view (stride 0): the
+    same values as ``np.full`` without writing them (a search space has ~20 such columns: the
+    broadcast knobs and the sequence length); :func:`concat_columns` keeps it one view."""
+    v = np.asarray(value, dtype=dtype if dtype is not None else np.asarray(value).dtype)
+    return np.broadcast_to(v, (n,))
+
+
+def concat_columns(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """``np.concatenate(parts)``, but the parts that are all one value as one broadcast view
+    (:func:`constant_column`) when each part is such a view of the same value."""
+    first = parts[0]
+    if all(p.ndim == 1 and p.strides == (0,) and p.dtype == first.dtype for p in parts):
+        vals = {p[0].item() for p in parts if len(p)}
+        if len(vals) == 1:
+            return constant_column(vals.pop(), sum(len(p) for p in parts), first.dtype)
+    return np.concatenate(parts)
+
+
 def _combo_row_mask(combo: dict, x: PlanArrays) -> np.ndarray:
     """Rows of ``x`` on which a combination is a valid plan (the Plan rules that tie a broadcast
     knob to an enumerated one)."""
@@ -602,7 +621,7 @@ def enumerate_space(
     core = dict(
         num_gpus=c64(n1[lay]), tp=c64(tp), pp=c64(P[pi]), dp=c64(dp1[lay]), cp=c64(cp1[lay]),
         vpp=c64(v3[r]), zero=c64(Z[z]), mb=c64(mb3[r]), gb=c64(gb1[lay]),
-        seq=np.full(n, seq_len, dtype=np.int64), recompute=c64(np.minimum(kind, RC_FULL)),
+        seq=constant_column(seq_len, n, np.int64), recompute=c64(np.minimum(kind, RC_FULL)),
         rc_layers=c64(rc_layers_t[pi, rci]), sp=S[spi] & (tp > 1),
         first=c64(F[pi]), mid=c64(M[pi]), last=c64(La[pi]), ep=c64(ep1[lay]), etp=c64(etp1[lay]),
     )
@@ -610,7 +629,7 @@ def enumerate_space(
     blocks = []
     for ci, c in enumerate(combos):
         extra = combo_columns(c, l)
-        x = PlanArrays(**core, **{k: np.full(n, v, dtype=np.asarray(v).dtype) for k, v in extra.items()})
+        x = PlanArrays(**core, **{k: constant_column(v, n) for k, v in extra.items()})
         keep = _combo_row_mask(c, x)
         idx = np.flatnonzero(keep) if not keep.all() else None
         blocks.append((x if idx is None else x.take(idx), kind8 if idx is None else kind8[idx],
