@@ -176,6 +176,10 @@ def write_profiles(fits: dict, saw: dict) -> None:
                      "catalog's efficiency block of each system (hardware/catalog.yaml)."),
            "systems": {}}
     default = EfficiencySpec().model_dump()
+    old = yaml.safe_load(PROFILES_FILE.read_text(encoding="utf-8")) if PROFILES_FILE.is_file() else {}
+    for g, profs in ((old or {}).get("systems") or {}).items():  # megatron entries: bench/moe_fidelity.py's
+        if isinstance(profs, dict) and "megatron" in profs:
+            doc["systems"].setdefault(g, {})["megatron"] = profs["megatron"]
     for (g, prof), spec in sorted(fits.items()):
         if prof == "megatron":
             continue

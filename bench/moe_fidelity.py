@@ -2,9 +2,12 @@
 mixture-of-experts runs of ``planner/runs_2026_12.csv`` (copied from shared/calibration, with its
 ``source`` column; README section "runs_2026_12.csv").
 
-    python bench/moe_fidelity.py            # built-in MoE efficiencies (hardware/spec.py EfficiencySpec)
-    python bench/moe_fidelity.py --refit    # fit the MoE terms on every row first (the built-in values)
-    python bench/moe_fidelity.py --loso --lomo   # leave-one-source-out, leave-one-model-out
+    python bench/moe_fidelity.py            # built-in profiles (catalog + megatron entries of efficiency_profiles.yaml)
+    python bench/moe_fidelity.py --refit    # the joint fit on every row first (what the built-in values came from)
+    python bench/moe_fidelity.py --refit --write   # write the megatron entries of hardware/efficiency_profiles.yaml
+    python bench/moe_fidelity.py --loso --lomo --logo   # leave one source / model / GPU type out
+    python bench/moe_fidelity.py --releases # residual per container release; a release factor validated
+                                            # leave-one-model-out
 
 Rows used: every MoE row with a complete configuration and a step time or tokens/s/GPU. Rows left
 out, each printed with its reason: hybrid Mamba/attention/MoE models (Nemotron-3: a transformer
@@ -33,10 +36,29 @@ the remaining choices, as the dense fidelity benchmark does):
   ``floor(l/p)`` layers, the rest on the first and last stages (Megatron-Bridge uses its own
   layouts, e.g. "Et|(tt|)*30mL": equivalent up to where the embedding and loss sit).
 
-Fitted terms (``--refit``): ``a2a_bw_eff``, ``grouped_gemm_eff``, ``ep_overlap`` and
-``moe_membound_eff`` (shared by every GPU type; the dense terms stay each system's megatron
-profile). Floors (issue 13): median <= 10 %, p90 <= 20 % over the rows used; leave-one-model-out
-(fit without DeepSeek-V3, predict it; same for Qwen3-235B) median <= 15 %.
+The joint fit (``--refit``, :func:`fit`) over the MoE rows and the dense rows of the Blackwell
+systems (Megatron-Bridge 26.06 SFT Llama-3-70B on GB200 and GB300, fp8 and mxfp8: rows 1011-1014,
+weighing ``DENSE_WEIGHT`` MoE rows each), few free terms per system, structural ones shared:
+
+- shared by every system: ``a2a_bw_eff``, ``grouped_gemm_eff``, ``ep_overlap``, ``moe_membound_eff``
+  (what the MoE kernels and dispatchers do);
+- shared by the four Blackwell systems: ``attention_eff`` (fused attention on 5th-generation tensor
+  cores; the 0.33 prior is FlashAttention-2 on H100);
+- per die: ``gemm_eff_max`` of the NVL72 part (GB200, GB300), and one ratio ``hgx_over_nvl72``
+  shared by both dies for the HGX part (B200, B300) of the same silicon;
+- the other dense terms of the Blackwell systems are the h100-sxm megatron fit, carried
+  (:func:`carried_terms`); H100, H200 (same die) and H800 (same die) keep their dense fit (45 H100
+  rows of published_runs.csv, bench/fidelity.py) and take the shared MoE terms only.
+
+Every fit starts from :func:`prior_terms` (chosen without the rows) and is weakly pulled to it, so
+a leave-out fit carries nothing of its held-out rows (:func:`held_out` asserts that no fitted term
+saw one). Leave one GPU type out: a held-out HGX or NVL72 part takes its die sibling's value times
+the shared ratio; a die with no row left its prior. ``--write`` writes every term and the rows it
+saw into the megatron entries of ``hardware/efficiency_profiles.yaml``, which ``hardware/catalog.py``
+lays over the catalog's efficiency blocks: what the API prices plans with.
+
+Floors (issue 13): median <= 10 %, p90 <= 20 % over the MoE rows used; leave-one-model-out (fit
+without DeepSeek-V3, predict it; same for Qwen3-235B) median <= 15 %.
 """
 
 from __future__ import annotations
@@ -55,8 +77,7 @@ from itertools import product
 import numpy as np
 
 from plan_search.hardware.catalog import get_cluster
-from plan_search.hardware.profiles import for_framework
-from plan_search.hardware.spec import ClusterSpec, EfficiencySpec
+from plan_search.hardware.spec import ClusterSpec
 from plan_search.models.catalog import get_model
 from plan_search.models.io import InputError
 from plan_search.models.spec import ModelSpec
@@ -71,8 +92,36 @@ MODELS = [(r"DeepSeek-V3", "deepseek-v3"), (r"Qwen3-235B", "qwen3-235b-a22b"), (
           (r"Mixtral-8x22B", "mixtral-8x22b")]
 BLACKWELL = ("b200", "b300", "gb200-nvl72", "gb300-nvl72")
 PRECISION = {"bf16": "bf16", "fp8": "fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
-FIT_TERMS = {"a2a_bw_eff": (0.05, 1.0), "grouped_gemm_eff": (0.2, 1.0), "ep_overlap": (0.0, 0.95),
-             "moe_membound_eff": (0.1, 1.0)}
+#: Structural MoE terms, one value shared by every system (what the kernels and the dispatcher do).
+SHARED_TERMS = {"a2a_bw_eff": (0.05, 1.0), "grouped_gemm_eff": (0.2, 1.0), "ep_overlap": (0.0, 0.95),
+                "moe_membound_eff": (0.1, 1.0)}
+#: Terms fitted per system, for the systems without a dense fit of their own (few rows each).
+PER_GPU_TERMS = {"gemm_eff_max": (0.25, 0.98)}
+FITTED_SYSTEMS = BLACKWELL
+#: The HGX board part of a die -> its NVL72 part (same silicon: B200 and GB200 are Blackwell, B300
+#: and GB300 Blackwell Ultra). One free gemm_eff_max per die (on the NVL72 part) and one ratio shared
+#: by both dies, HGX_RATIO: the sustained GEMM rate of the HGX part (1,000 / 1,100 W) relative to the
+#: NVL72 part (1,200 / 1,400 W) beyond the ratio of their datasheet peaks (power-limited clocks).
+DIE_PAIRS = {"b200": "gb200-nvl72", "b300": "gb300-nvl72"}
+#: Terms shared by a family of systems (``<term>@<family>``). Tried and left out (2026-12-01): the
+#: low-precision GEMMs' efficiency relative to bf16 on Blackwell, ``fp8_gemm_eff_ratio@blackwell``
+#: (bounds 0.3-1.0): fitted 0.994 on all rows, the fit no better -- the rows do not support a term
+#: that the same configuration in bf16 and MXFP8 (DeepSeek-V3 on GB300, NeMo 25.11: 17.03 s and
+#: 15.04 s, 1.13x; the model says 1.27x) suggests; H100 and Blackwell keep the cited 1.0.
+#: Fitted: ``attention_eff@blackwell``, the fused-attention kernels' fraction of the bf16 peak on
+#: Blackwell (cuDNN / Transformer Engine fused attention on 5th-generation tensor cores), one value for
+#: the four Blackwell systems; the EfficiencySpec prior 0.33 is FlashAttention-2 on H100.
+FAMILIES = {"blackwell": BLACKWELL}
+FAMILY_TERMS: dict = {"attention_eff@blackwell": (0.1, 0.9)}
+HGX_RATIO = ("hgx_over_nvl72", (0.5, 1.2))
+#: Systems that take the shared MoE terms over their own (dense) catalog fit: h100-sxm (45 dense rows
+#: of published_runs.csv, bench/fidelity.py) and the same GH100 die in h200 and h800.
+SHARED_ONLY = ("h100-sxm", "h200", "h800")
+REFERENCE = "h100-sxm"
+LOMO_MODELS = ("deepseek-v3", "qwen3-235b-a22b")
+#: A dense row identifies its system's gemm_eff_max without the MoE terms' uncertainty: it weighs
+#: as much as this many MoE rows in the fit.
+DENSE_WEIGHT = 4.0
 FLOORS = {"median": 0.10, "p90": 0.20, "lomo_median": 0.15}
 #: Prior pull of the fit (as planner.calibration's), so that a term the rows cannot see stays put.
 PRIOR_WEIGHT = 1e-4
@@ -245,7 +294,7 @@ def load_moe_runs(verbose: bool = True) -> tuple[list[MoERun], list[tuple[str, s
         if not cands:
             skipped.append((label, "no valid plan for the printed degrees"))
             continue
-        run = MoERun(i, row["source"], group, key, model, gpu, n, step, how, cands, assumed,
+        run = MoERun(1000 + i, row["source"], group, key, model, gpu, n, step, how, cands, assumed,
                      version=(row.get("container_or_version") or "").strip())
         run.arrays = PlanArrays.from_plans(cands, model.num_layers)
         runs.append(run)
@@ -261,22 +310,132 @@ def predict(run: MoERun, cluster: ClusterSpec) -> tuple[float, Plan, bool]:
     return float(step[i]), run.candidates[i], bool(fits[i])
 
 
-def unfitted_systems(runs) -> list[str]:
-    """Systems of ``runs`` whose megatron profile is the untouched defaults (no dense fit yet: B200,
-    B300, GB200, GB300 at the time of writing): their ``gemm_eff_max`` is fitted here too, from the
-    reference system's (``h100-sxm``) fitted value, as bench/fidelity.py does for systems with few rows."""
+# ------------------------------------------------------------------ dense rows of the same systems
+@dataclass
+class DenseRun:
+    """A dense row of a fitted system (bench/fidelity.py's record), reported next to the MoE rows."""
+
+    index: int
+    source: str
+    group: str
+    model_key: str
+    gpu: str
+    n: int
+    measured_step_s: float
+    record: object = field(repr=False)
+    version: str = ""
+    assumed: list = field(default_factory=list)
+
+
+def load_dense_runs(systems=FITTED_SYSTEMS) -> list[DenseRun]:
+    """The dense Megatron rows of ``systems`` (Megatron-Bridge 26.06 SFT Llama-3-70B on GB200 and
+    GB300, fp8 and mxfp8: rows 1011-1014), as bench/fidelity.py loads and predicts them."""
+    from plan_search.planner.calibration import load_all_runs
+
     out = []
-    for g in sorted({r.gpu for r in runs}):
-        if for_framework(get_cluster(g), "megatron").efficiency.source.startswith("defaults"):
-            out.append(g)
+    for r in load_all_runs():
+        if r.gpu in systems and r.profile == "megatron":
+            ver = "NeMo 26.06" if r.index >= 1000 else ""
+            out.append(DenseRun(r.index, r.source, r.group, "dense:" + r.label.split(" @")[0].lower(), r.gpu,
+                                r.candidates[0].num_gpus, r.measured_step_s, r, version=ver,
+                                assumed=list(r.free_knobs)))
     return out
 
 
-def _cluster(gpu: str, moe: dict) -> ClusterSpec:
-    c = for_framework(get_cluster(gpu), "megatron")
-    upd = {k: v for k, v in moe.items() if "@" not in k}
-    if f"gemm_eff_max@{gpu}" in moe:
-        upd["gemm_eff_max"] = moe[f"gemm_eff_max@{gpu}"]
+def _dense_error(run: DenseRun, cluster: ClusterSpec) -> float:
+    from plan_search.planner.calibration import predict as dense_predict
+
+    return dense_predict(run.record, cluster).error
+
+
+# ------------------------------------------------------------------ terms
+def term_names(gpus) -> list[str]:
+    """Term names the API sees: the shared MoE terms, then ``<term>@<system>`` per fitted system in ``gpus``."""
+    return list(SHARED_TERMS) + list(FAMILY_TERMS) + [f"{t}@{g}" for g in FITTED_SYSTEMS if g in set(gpus)
+                                                       for t in PER_GPU_TERMS]
+
+
+def free_names(gpus) -> list[str]:
+    """The fit's free parameters for rows on ``gpus``: the shared MoE terms; per die with rows, the
+    NVL72 part's ``<term>@<system>``; the HGX/NVL72 ratio when an HGX part has rows and a die anchor
+    exists. Fitted systems outside DIE_PAIRS (none today) get their own term."""
+    gpus = set(gpus)
+    out = list(SHARED_TERMS) + [k for k in FAMILY_TERMS if gpus & set(FAMILIES[k.split("@")[1]])]
+    for hgx, nvl in DIE_PAIRS.items():
+        if gpus & {hgx, nvl}:
+            out += [f"{t}@{nvl}" for t in PER_GPU_TERMS]
+    if gpus & set(DIE_PAIRS):
+        out.append(HGX_RATIO[0])
+    out += [f"{t}@{g}" for g in FITTED_SYSTEMS if g in gpus and g not in DIE_PAIRS and g not in DIE_PAIRS.values()
+            for t in PER_GPU_TERMS]
+    return out
+
+
+def _bounds(name: str) -> tuple[float, float]:
+    if name == HGX_RATIO[0]:
+        return HGX_RATIO[1]
+    if name in FAMILY_TERMS:
+        return FAMILY_TERMS[name]
+    return SHARED_TERMS.get(name) or PER_GPU_TERMS[name.split("@")[0]]
+
+
+def _derive(terms: dict) -> dict:
+    """The HGX parts' per-system terms from their die's NVL72 part and the shared ratio."""
+    out = dict(terms)
+    r = out.get(HGX_RATIO[0], 1.0)
+    for hgx, nvl in DIE_PAIRS.items():
+        for t in PER_GPU_TERMS:
+            out[f"{t}@{hgx}"] = min(PER_GPU_TERMS[t][1], r * out[f"{t}@{nvl}"])
+    return out
+
+
+def builtin_terms() -> dict:
+    """The terms as the API uses them (catalog + the megatron entries of efficiency_profiles.yaml)."""
+    ref = get_cluster(REFERENCE).efficiency
+    out = {t: getattr(ref, t) for t in SHARED_TERMS}
+    for g in FITTED_SYSTEMS:
+        for t in PER_GPU_TERMS:
+            out[f"{t}@{g}"] = getattr(get_cluster(g).efficiency, t)
+    for k in FAMILY_TERMS:
+        out[k] = getattr(get_cluster(FAMILIES[k.split("@")[1]][0]).efficiency, k.split("@")[0])
+    return out
+
+
+def prior_terms() -> dict:
+    """Where every fit starts and what it is weakly pulled to: values chosen without looking at the
+    rows (so that a leave-out fit carries nothing of its held-out rows). Shared MoE terms: a ring's
+    default bus efficiency for the all-to-all (``EfficiencySpec.intra_bw_eff`` 0.75), grouped GEMMs at
+    0.8 of a dense GEMM, half the dispatch hidden by overlap, routing/permutation kernels at half the
+    streaming bandwidth; per system ``gemm_eff_max``: the h100-sxm megatron fit (45 dense H100 rows of
+    published_runs.csv, none of them a row of this benchmark)."""
+    out = {"a2a_bw_eff": 0.75, "grouped_gemm_eff": 0.8, "ep_overlap": 0.5, "moe_membound_eff": 0.5,
+           HGX_RATIO[0]: 1.0, "attention_eff@blackwell": 0.33}
+    ref = get_cluster(REFERENCE).efficiency
+    for g in FITTED_SYSTEMS:
+        for t in PER_GPU_TERMS:
+            out[f"{t}@{g}"] = getattr(ref, t)
+    return out
+
+
+def carried_terms() -> dict:
+    """The dense terms a fitted system takes from the reference system's megatron fit (its catalog
+    block: gemm_dim_scale, the communication overlaps and efficiencies, the step overhead), as the
+    fit uses them and :func:`write_profiles` writes them."""
+    from plan_search.hardware.catalog import _raw_catalog
+
+    block = dict(_raw_catalog()[REFERENCE].get("efficiency") or {})
+    return {k: v for k, v in block.items() if k not in PER_GPU_TERMS and k != "source"}
+
+
+def _cluster(gpu: str, terms: dict) -> ClusterSpec:
+    """``gpu``'s built-in system with ``terms`` (shared ones, and this system's ``<term>@<gpu>``); a
+    fitted system runs with the reference's dense terms (:func:`carried_terms`)."""
+    c = get_cluster(gpu)
+    upd = dict(carried_terms()) if gpu in FITTED_SYSTEMS else {}
+    upd.update({k: v for k, v in terms.items() if "@" not in k and k != HGX_RATIO[0]})
+    for k, v in terms.items():
+        if "@" in k and (k.split("@")[1] == gpu or gpu in FAMILIES.get(k.split("@")[1], ())):
+            upd[k.split("@")[0]] = v
     return c.model_copy(update={"efficiency": c.efficiency.model_copy(update=upd)})
 
 
@@ -284,7 +443,7 @@ _GROUPS: dict = {}
 
 
 def _grouped(runs):
-    """Runs of one (model, GPU) evaluated in one call: their candidates concatenated (cached)."""
+    """Runs of one (model, GPU, MTP depth) evaluated in one call: their candidates concatenated (cached)."""
     key = tuple(r.index for r in runs)
     if key not in _GROUPS:
         by = defaultdict(list)
@@ -299,39 +458,107 @@ def _grouped(runs):
     return _GROUPS[key]
 
 
-def errors(runs, moe: dict) -> list[float]:
-    """Signed step-time error of every run (in ``runs`` order): the fastest candidate that fits."""
+def errors(runs, terms: dict) -> list[float]:
+    """Signed step-time error of every run (MoE: the fastest candidate that fits; dense: bench/
+    fidelity.py's prediction), in ``runs`` order."""
     err = {}
-    for model, g, x, rs, cuts in _grouped(runs):
-        r = evaluate(model, _cluster(g, moe), x, memory_headroom=0.0)
+    moe = [r for r in runs if isinstance(r, MoERun)]
+    for model, g, x, rs, cuts in _grouped(moe) if moe else []:
+        r = evaluate(model, _cluster(g, terms), x, memory_headroom=0.0)
         step, fits = r["step_s"], r["fits"]
         for run, a, b in zip(rs, cuts[:-1], cuts[1:]):
             s, f = step[a:b], fits[a:b]
             best = float(np.min(s[f])) if f.any() else float(np.min(s))
             err[run.index] = best / run.measured_step_s - 1.0
+    for r in runs:
+        if isinstance(r, DenseRun):
+            err[r.index] = _dense_error(r, _cluster(r.gpu, terms))
     return [err[r.index] for r in runs]
 
 
-def fit(runs, start: dict, iters: int = 400) -> dict:
-    """MoE terms minimising the mean squared log step-time error over ``runs`` (with a weak pull
-    to ``start``); deterministic (Nelder-Mead from ``start``)."""
-    bounds = dict(FIT_TERMS)
-    for g in unfitted_systems(runs):
-        bounds[f"gemm_eff_max@{g}"] = (0.25, 0.98)
-    names = list(bounds)
-    ref = for_framework(get_cluster("h100-sxm"), "megatron").efficiency.gemm_eff_max
-    z0 = np.array([_to_unit(start.get(t, ref), *bounds[t]) for t in names])
+def _weights(runs) -> np.ndarray:
+    return np.array([DENSE_WEIGHT if isinstance(r, DenseRun) else 1.0 for r in runs])
 
-    def terms(z):
-        return {t: _from_unit(float(v), *bounds[t]) for t, v in zip(names, z)}
+
+@dataclass
+class Fit:
+    terms: dict
+    saw: dict  # term -> sorted row ids it was fitted on (or carried from)
+    how: dict  # term -> "fitted" | "carried: ..."
+
+
+_FITS: dict = {}
+
+
+def fit(train, iters: int = 400) -> Fit:
+    """:func:`_fit`, memoised on the training rows and their measured times (deterministic)."""
+    key = (tuple((r.index, r.measured_step_s) for r in train), iters)
+    if key not in _FITS:
+        _FITS[key] = _fit(train, iters)
+    f = _FITS[key]
+    return Fit(dict(f.terms), dict(f.saw), dict(f.how))
+
+
+def _fit(train, iters: int = 400) -> Fit:
+    """The shared MoE terms and each fitted system's ``gemm_eff_max`` minimising the weighted mean
+    squared log step-time error over ``train`` (dense rows weigh ``DENSE_WEIGHT``), weakly pulled to
+    :func:`prior_terms`; deterministic (Nelder-Mead from the prior). A fitted system without rows in
+    ``train`` (leave-one-GPU-out) takes the mean of the other fitted systems' values."""
+    prior = prior_terms()
+    gpus = sorted({r.gpu for r in train})
+    names = free_names(gpus)
+    z0 = np.array([_to_unit(prior[t], *_bounds(t)) for t in names])
+    w = _weights(train)
+
+    def terms_of(z):
+        out = dict(prior)
+        out.update({t: _from_unit(float(v), *_bounds(t)) for t, v in zip(names, z)})
+        return _derive(out)
 
     def loss(z):
-        e = [math.log(1.0 + x) for x in errors(runs, terms(z))]
-        return float(np.mean(np.square(e))) + PRIOR_WEIGHT * float(np.sum(np.square(z - z0)))
+        e = np.log1p(np.asarray(errors(train, terms_of(z))))
+        return float(np.sum(w * e * e) / np.sum(w)) + PRIOR_WEIGHT * float(np.sum(np.square(z - z0)))
 
     z = nelder_mead(loss, z0, iters=iters)
     z = nelder_mead(loss, z, iters=iters // 2, step=0.2)
-    return terms(z)
+    terms = terms_of(z)
+    saw, how = {}, {}
+    moe_ids = sorted(r.index for r in train if isinstance(r, MoERun))
+    for t in SHARED_TERMS:
+        saw[t], how[t] = moe_ids, "fitted"
+    for k in FAMILY_TERMS:
+        fam = set(FAMILIES[k.split("@")[1]])
+        saw[k] = sorted(r.index for r in train if r.gpu in fam)
+        how[k] = "fitted" if k in names else "prior"
+    pair_rows = sorted(r.index for r in train if r.gpu in DIE_PAIRS or r.gpu in DIE_PAIRS.values())
+    if HGX_RATIO[0] in names:
+        saw[HGX_RATIO[0]], how[HGX_RATIO[0]] = pair_rows, "fitted"
+    for g in FITTED_SYSTEMS:
+        for t in PER_GPU_TERMS:
+            k = f"{t}@{g}"
+            hgx = g if g in DIE_PAIRS else next((h for h, n in DIE_PAIRS.items() if n == g), None)
+            die = {hgx, DIE_PAIRS[hgx]} if hgx else {g}
+            own = sorted(r.index for r in train if r.gpu in die)
+            if g in DIE_PAIRS and own:
+                saw[k] = sorted(set(own) | set(pair_rows))
+                how[k] = f"= {HGX_RATIO[0]} x {t}@{DIE_PAIRS[g]}, fitted"
+            elif own:
+                saw[k], how[k] = own, "fitted"
+            else:  # no row of the die left: the prior, from no row of this benchmark
+                terms[k], saw[k], how[k] = prior[k], [], f"prior ({REFERENCE} megatron fit, dense rows only)"
+    return Fit(terms, saw, how)
+
+
+def held_out(runs, test_pred, iters: int = 400):
+    """(test rows, their signed errors, the fit): terms refitted on the rows not matching
+    ``test_pred`` only; asserts that no fitted term saw a held-out row."""
+    test = [r for r in runs if test_pred(r)]
+    train = [r for r in runs if not test_pred(r)]
+    f = fit(train, iters=iters)
+    held = {r.index for r in test}
+    for t, rows in f.saw.items():
+        assert not held & set(rows), f"{t} saw held-out rows {sorted(held & set(rows))}"
+    return test, errors(test, f.terms), f
 
 
 def summary(errs) -> dict:
@@ -343,6 +570,13 @@ def summary(errs) -> dict:
 
 def _fmt(s: dict) -> str:
     return f"n={s['n']:3d}  median {s['median'] * 100:5.1f}%  p90 {s['p90'] * 100:5.1f}%"
+
+
+def release(r) -> str:
+    """Release family of a row: ``NeMo 26.04`` for 26.04 and 26.04.01 (a patch release ships the same
+    kernels), else the printed version."""
+    m = re.match(r"NeMo (\d\d\.\d\d)", r.version)
+    return f"NeMo {m.group(1)}" if m else r.version[:24]
 
 
 def report(runs, errs, title: str) -> dict:
@@ -359,31 +593,108 @@ def report(runs, errs, title: str) -> dict:
     return summary(errs)
 
 
+def write_profiles(f: Fit, runs) -> None:
+    """The megatron entries of hardware/efficiency_profiles.yaml (kept: every other entry): per
+    fitted system every term it runs with, the h100-sxm dense terms carried; h100-sxm, h200 (same
+    die) and h800 (same die) the shared MoE terms only, over their catalog blocks."""
+    import datetime
+
+    import yaml
+
+    from plan_search.hardware.catalog import _raw_catalog
+    from plan_search.hardware.profiles import PROFILES_FILE
+
+    doc = yaml.safe_load(PROFILES_FILE.read_text(encoding="utf-8")) if PROFILES_FILE.is_file() else {}
+    doc = doc or {}
+    doc["about"] = (
+        "Kernel-efficiency profiles per framework (hardware/profiles.py). torchtitan/deepspeed entries: "
+        "python bench/fidelity.py --refit --write-profiles; megatron entries: python bench/moe_fidelity.py "
+        "--refit --write, laid over the catalog's efficiency block of the system (hardware/catalog.py: each "
+        "term listed replaces the catalog's). Each entry's source names the rows each fitted term saw (row "
+        "numbers: planner/runs_2026_12.csv data rows from 0, +1000).")
+    systems = doc.setdefault("systems", {})
+    ref_block = dict(_raw_catalog()[REFERENCE].get("efficiency") or {})
+    carried = carried_terms()
+    shared = {t: round(f.terms[t], 4) for t in SHARED_TERMS}
+    family = {k: round(f.terms[k], 4) for k in FAMILY_TERMS}
+    ids = lambda rows: ",".join(str(i) for i in rows)  # noqa: E731
+    moe_rows = ids(f.saw[next(iter(SHARED_TERMS))])
+    shared_src = (f"{', '.join(SHARED_TERMS)} shared by {', '.join(FITTED_SYSTEMS + SHARED_ONLY)}, fitted on the "
+                  f"{len(f.saw[next(iter(SHARED_TERMS))])} MoE rows [{moe_rows}]")
+    today = datetime.date.today().isoformat()
+    fam_src = "; ".join(f"{k.split('@')[0]} shared by {', '.join(FAMILIES[k.split('@')[1]])}, {f.how[k]} on their "
+                        f"rows [{ids(f.saw[k])}]" for k in FAMILY_TERMS)
+    for g in FITTED_SYSTEMS:
+        own = {t: round(f.terms[f"{t}@{g}"], 4) for t in PER_GPU_TERMS}
+        kinds = {}
+        for r in runs:
+            if r.index in f.saw[f"{next(iter(PER_GPU_TERMS))}@{g}"]:
+                kinds.setdefault("dense" if isinstance(r, DenseRun) else "MoE", []).append(r.index)
+        seen = "; ".join(f"{k} rows [{ids(v)}]" for k, v in sorted(kinds.items()))
+        fam = {k.split("@")[0]: v for k, v in family.items() if g in FAMILIES[k.split("@")[1]]}
+        src = (f"fitted by python bench/moe_fidelity.py --refit --write ({today}, megatron profile of {g}): "
+               f"{', '.join(PER_GPU_TERMS)} {f.how[f'{next(iter(PER_GPU_TERMS))}@{g}']} on {seen}"
+               f"{f' ({HGX_RATIO[0]} = {f.terms[HGX_RATIO[0]]:.4f})' if g in DIE_PAIRS else ''}; {fam_src}; {shared_src}; "
+               f"{', '.join(carried)} carried from the {REFERENCE} megatron fit (hardware/catalog.yaml: "
+               f"{str(ref_block.get('source', ''))[:90]}...)")
+        systems.setdefault(g, {})["megatron"] = {**own, **fam, **carried, **shared, "source": src}
+    for g in SHARED_ONLY:
+        src = (f"fitted by python bench/moe_fidelity.py --refit --write ({today}): {shared_src}; every other term "
+               f"the catalog's efficiency block of {g}")
+        systems.setdefault(g, {})["megatron"] = {**shared, "source": src}
+    PROFILES_FILE.write_text(yaml.safe_dump(doc, sort_keys=False, width=110), encoding="utf-8")
+    print(f"wrote the megatron entries of {', '.join(FITTED_SYSTEMS + SHARED_ONLY)} into {PROFILES_FILE}")
+
+
+def _print_fit(f: Fit, label: str) -> None:
+    print(f"terms ({label}): " + ", ".join(f"{k}={v:.3f}" for k, v in f.terms.items()
+                                           if k in term_names(FITTED_SYSTEMS) or k == HGX_RATIO[0]))
+
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--refit", action="store_true", help="fit the MoE terms on every row first")
+    ap.add_argument("--refit", action="store_true", help="fit the terms on every row first")
+    ap.add_argument("--write", action="store_true", help="with --refit: write the megatron entries of "
+                    "hardware/efficiency_profiles.yaml")
     ap.add_argument("--loso", action="store_true", help="leave-one-source-out")
     ap.add_argument("--lomo", action="store_true", help="leave-one-model-out (DeepSeek-V3, Qwen3-235B)")
+    ap.add_argument("--logo", action="store_true", help="leave-one-GPU-out")
+    ap.add_argument("--releases", action="store_true", help="per-release residuals and a per-release factor "
+                    "validated leave-one-model-out")
     ap.add_argument("--rows", action="store_true", help="print every row")
+    ap.add_argument("--iters", type=int, default=400, help="Nelder-Mead iterations per fit")
     a = ap.parse_args(argv)
     t0 = time.time()
     runs, skipped = load_moe_runs()
-    print(f"MoE rows used: {len(runs)}; left out: {len(skipped)}")
+    dense = load_dense_runs()
+    print(f"MoE rows used: {len(runs)}; left out: {len(skipped)}; dense rows of the fitted systems: "
+          f"{', '.join(str(r.index) for r in dense)}")
     for label, why in skipped:
         print(f"  skip {label}: {why}")
-    base = {t: getattr(EfficiencySpec(), t) for t in FIT_TERMS}
-    moe = fit(runs, base) if a.refit else base
-    print("terms: " + ", ".join(f"{k}={v:.3f}" for k, v in moe.items()) + (" (refit on all rows)" if a.refit
-                                                                                    else " (built-in)"))
-    errs = errors(runs, moe)
+    rows = runs + dense
+    if a.refit:
+        f = fit(rows, iters=a.iters)
+        terms = f.terms
+        _print_fit(f, "refit on all rows")
+        if a.write:
+            write_profiles(f, rows)
+    else:
+        terms = builtin_terms()
+        print("terms (built-in): " + ", ".join(f"{k}={v:.3f}" for k, v in terms.items()))
+    errs = errors(runs, terms)
+    derr = errors(dense, terms)
     if a.rows:
         for r, e in zip(runs, errs):
-            step, plan, fits = predict(r, _cluster(r.gpu, moe))
-            print(f"  {r.model_key:16s} {r.gpu:12s} x{r.n:<5d} {r.group:22s} measured {r.measured_step_s:7.2f}s "
-                  f"({r.how}) predicted {step:7.2f}s {e * 100:+6.1f}%  {plan.label} {plan.moe_dispatcher}"
-                  f"{' ovl' if plan.moe_overlap else ''}{'' if fits else ' (does not fit)'}"
-                  f"{'  assumed: ' + ','.join(r.assumed) if r.assumed else ''}")
+            step, plan, fits = predict(r, _cluster(r.gpu, terms))
+            print(f"  {r.index:4d} {r.model_key:16s} {r.gpu:12s} x{r.n:<5d} {r.group:22s} {r.version[:14]:14s} "
+                  f"measured {r.measured_step_s:7.2f}s predicted {step:7.2f}s {e * 100:+6.1f}%  {plan.label} "
+                  f"{plan.precision} {plan.moe_dispatcher}{' ovl' if plan.moe_overlap else ''}"
+                  f"{'' if fits else ' (does not fit)'}{'  assumed: ' + ','.join(r.assumed) if r.assumed else ''}")
     s = report(runs, errs, "all MoE rows")
+    print("\n  dense rows of the fitted systems (in the fit, not in the MoE floors):")
+    for r, e in zip(dense, derr):
+        print(f"    {r.index:4d} {r.model_key:22s} {r.gpu:12s} measured {r.measured_step_s:6.3f}s {e * 100:+6.1f}%")
     same = defaultdict(list)
     for r in runs:
         p = r.candidates[0]
@@ -396,27 +707,60 @@ def main(argv=None) -> int:
             print(f"    {k[0]} {k[1]} x{k[2]} tp{k[3]} pp{k[4]} vpp{k[5]} ep{k[6]} mb{k[7]} gb{k[8]} {k[9]}: " +
                   ", ".join(f"{r.measured_step_s:.2f} s ({r.version})" for r in v))
     ok = s["median"] <= FLOORS["median"] and s["p90"] <= FLOORS["p90"]
+    loso_all = []
     if a.loso:
-        held = []
+        print("\n  leave-one-source-out (dense rows are held out with their source):")
         for src in sorted({r.group for r in runs}):
-            train = [r for r in runs if r.group != src]
-            test = [r for r in runs if r.group == src]
-            terms = fit(train, base) if train else base
-            e = errors(test, terms)
-            held += e
-            print(f"  LOSO {src:22s} {_fmt(summary(e))}")
-        print(f"  LOSO all held-out rows   {_fmt(summary(held))}")
+            test, e, _ = held_out(rows, lambda r, src=src: r.group == src, a.iters)
+            e = [x for r, x in zip(test, e) if isinstance(r, MoERun)]
+            loso_all += e
+            print(f"    LOSO {src:22s} {_fmt(summary(e))}  signed mean {np.mean(e) * 100:+5.1f}%")
+        print(f"    LOSO all held-out MoE rows {_fmt(summary(loso_all))}")
     if a.lomo:
-        for key in ("deepseek-v3", "qwen3-235b-a22b"):
-            train = [r for r in runs if r.model_key != key]
-            test = [r for r in runs if r.model_key == key]
-            terms = fit(train, base)
-            s2 = summary(errors(test, terms))
-            print(f"  LOMO {key:18s} {_fmt(s2)}  (fit: " + ", ".join(f"{k}={v:.2f}" for k, v in terms.items()) + ")")
+        print("\n  leave-one-model-out:")
+        for key in LOMO_MODELS:
+            test, e, f2 = held_out(rows, lambda r, key=key: r.model_key == key, a.iters)
+            s2 = summary(e)
+            print(f"    LOMO {key:18s} {_fmt(s2)}  signed mean {np.mean(e) * 100:+5.1f}%  (fit: " +
+                  ", ".join(f"{k}={v:.2f}" for k, v in f2.terms.items() if k in term_names(FITTED_SYSTEMS)) + ")")
             ok &= s2["median"] <= FLOORS["lomo_median"]
+    if a.logo:
+        print("\n  leave-one-GPU-out (a held-out fitted system takes the mean gemm_eff_max of the others):")
+        for g in sorted({r.gpu for r in runs}):
+            test, e, f2 = held_out(rows, lambda r, g=g: r.gpu == g, a.iters)
+            e = [x for r, x in zip(test, e) if isinstance(r, MoERun)]
+            print(f"    LOGO {g:18s} {_fmt(summary(e))}  signed mean {np.mean(e) * 100:+5.1f}%")
+    if a.releases:
+        release_report(rows, runs, errs, a.iters)
     print(f"\nfloors (median <= {FLOORS['median']:.0%}, p90 <= {FLOORS['p90']:.0%}, LOMO median <= "
           f"{FLOORS['lomo_median']:.0%}): {'met' if ok else 'NOT met'}   [{time.time() - t0:.0f} s]")
     return 0 if ok else 1
+
+
+def release_factors(runs, errs) -> dict:
+    """Per release family, the geometric-mean ratio measured / predicted of ``runs`` (a step-time
+    factor a per-release profile would apply)."""
+    by = defaultdict(list)
+    for r, e in zip(runs, errs):
+        by[release(r)].append(math.log1p(e))
+    return {k: math.exp(-float(np.mean(v))) for k, v in by.items()}
+
+
+def release_report(rows, runs, errs, iters) -> None:
+    """Is a container/release factor supported? Residuals per release family after the all-rows
+    fit, the same-configuration pairs, and a per-release factor fitted without a model and applied
+    to it (leave-one-model-out): the factor only earns a knob if it helps on the held-out model."""
+    fac = release_factors(runs, errs)
+    print("\n  per release family, step-time factor measured/predicted after the fit (geometric mean):")
+    for k in sorted(fac):
+        n = sum(release(r) == k for r in runs)
+        print(f"    {k:26s} n={n:3d}  x{fac[k]:.3f}")
+    for key in LOMO_MODELS:
+        test, e, f2 = held_out(rows, lambda r, key=key: r.model_key == key, iters)
+        train = [r for r in runs if r.model_key != key]
+        tf = release_factors(train, errors(train, f2.terms))
+        e2 = [(1 + x) * tf.get(release(r), 1.0) - 1 for r, x in zip(test, e)]
+        print(f"    LOMO {key:18s} without release factor {_fmt(summary(e))}; with {_fmt(summary(e2))}")
 
 
 if __name__ == "__main__":

@@ -39,11 +39,34 @@ def _raw_catalog() -> Mapping[str, Mapping[str, Any]]:
     return MappingProxyType(out)
 
 
+PROFILES_RESOURCE = "efficiency_profiles.yaml"
+
+
+@functools.lru_cache(maxsize=1)
+def _megatron_profiles() -> Mapping[str, Mapping[str, Any]]:
+    """``systems.<name>.megatron`` of ``efficiency_profiles.yaml``: efficiency terms fitted by
+    ``bench/moe_fidelity.py --refit --write`` (dense + MoE rows), laid over the catalog's own
+    ``efficiency`` block of that system (each term listed replaces the catalog's; the entry's
+    ``source`` names the rows each term saw)."""
+    f = resources.files("plan_search.hardware").joinpath(PROFILES_RESOURCE)
+    if not f.is_file():
+        return MappingProxyType({})
+    doc = parse_document(f.read_text(encoding="utf-8"), f"efficiency profiles {PROFILES_RESOURCE}") or {}
+    out = {}
+    for name, profs in (doc.get("systems") or {}).items():
+        if isinstance(profs, dict) and isinstance(profs.get("megatron"), dict):
+            out[str(name)] = MappingProxyType(dict(profs["megatron"]))
+    return MappingProxyType(out)
+
+
 @functools.lru_cache(maxsize=1)
 def _catalog() -> Mapping[str, ClusterSpec]:
     specs: dict[str, ClusterSpec] = {}
+    overlay = _megatron_profiles()
     for name, fields in _raw_catalog().items():
         data = dict(fields)
+        if name in overlay:
+            data["efficiency"] = {**dict(data.get("efficiency") or {}), **overlay[name]}
         data.setdefault("name", name)
         if data["name"] != name:
             raise InputError(f"hardware catalog: {name}: name field {data['name']!r} differs from its key")
