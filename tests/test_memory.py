@@ -389,13 +389,14 @@ def test_deepspeed_zero3_optimizer_step_casts_one_sub_group_to_fp32():
     """DeepSpeed ZeRO-3's step flattens a sub-group's fp16 gradients (2 B) and casts them to fp32
     (4 B) for its fused Adam: 6 B per local parameter, at most sub_group_size (1e9) at a time; FSDP
     with torch's foreach AdamW: 4 B per local parameter (sqrt of the variance), no cap. Llama-3.1-8B
-    on 2 GPUs with almost no activations, so the optimizer step is the peak."""
+    on 2 A100s (the system with a DeepSpeed profile of its own) with almost no activations, so the
+    optimizer step is the peak."""
     import plan_search
 
     plan = dict(num_gpus=2, micro_batch=1, global_batch=2, seq_len=128, recompute="full", zero=3, fp32_grads=False)
     local = counting.total_params(LLAMA8) / 2
-    ds = plan_search.estimate(LLAMA8, "h100-sxm", framework="deepspeed", **plan).memory
-    fsdp = plan_search.estimate(LLAMA8, "h100-sxm", **plan).memory
+    ds = plan_search.estimate(LLAMA8, "a100-80gb", framework="deepspeed", **plan).memory
+    fsdp = plan_search.estimate(LLAMA8, "a100-80gb", **plan).memory
     assert local > memory.DS_SUB_GROUP_PARAMS  # 4.0B local: the cap binds
     assert ds.transient_gib * GIB == pytest.approx(memory.DS_STEP_TEMP_BYTES_PER_PARAM * memory.DS_SUB_GROUP_PARAMS,
                                                    rel=1e-9)
