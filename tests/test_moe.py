@@ -220,9 +220,10 @@ def test_node_limited_routing_cuts_nic_traffic_of_the_flex_dispatcher():
 
 
 def test_selective_recompute_of_a_moe_mla_model_is_megatrons_module_set():
-    """For MoE/MLA models 'selective' is Megatron-Core's core_attn + layernorm + moe_act + mla_up_proj:
-    less stored than without recomputation, more than full recomputation, a little recompute time; the
-    emitted --recompute-modules / recompute_modules say so. A dense model keeps core_attn alone."""
+    """For MoE/MLA models 'selective' is the MoE README's layernorm + moe_act + mla_up_proj (no core_attn
+    with FlashAttention): less stored than without recomputation, more than full recomputation, a
+    little recompute time; the emitted --recompute-modules / recompute_modules say so. A dense model
+    keeps core_attn alone."""
     kw = dict(num_gpus=1024, tp=2, pp=8, ep=64, global_batch=8192, first_stage_layers=7, last_stage_layers=6)
     none, sel, full = (_est("deepseek-v3", recompute=r, **kw) for r in ("none", "selective", "full"))
     assert full.memory.activations_gib < sel.memory.activations_gib < 0.8 * none.memory.activations_gib
@@ -230,7 +231,11 @@ def test_selective_recompute_of_a_moe_mla_model_is_megatrons_module_set():
     m, c = get_model("deepseek-v3"), get_cluster(H100)
     args = E.to_megatron_args(sel.plan, m, c)
     i = args.index("--recompute-modules")
-    assert args[i + 1:i + 5] == ["core_attn", "layernorm", "moe_act", "mla_up_proj"]
+    assert args[i + 1:i + 4] == ["layernorm", "moe_act", "mla_up_proj"] and args[i + 4].startswith("--")
+    # the recompute time is the norms, MLA up-projections and expert activations alone: no attention core
+    kw1 = dict(kw, micro_batch=1)
+    fa_off = _est("deepseek-v3", recompute="selective", flash_attention=False, **kw1)
+    assert fa_off.time.recompute_s > _est("deepseek-v3", recompute="selective", **kw1).time.recompute_s
     assert E.to_nemo_overrides(sel.plan, m, c)["model.config.recompute_modules"][-1] == "mla_up_proj"
     dense = E.to_megatron_args(ps.Plan(num_gpus=8, tp=8, global_batch=8, seq_len=4096), get_model("llama3.1-8b"), c)
     assert dense[dense.index("--recompute-modules") + 1:][:2] == ["core_attn", "--attention-backend"]
@@ -293,3 +298,16 @@ def test_ep_overlap_hides_at_most_the_layers_compute():
     kw = dict(num_gpus=8, ep=8, global_batch=64, seq_len=4096, moe_imbalance=1.0)
     off, on = ps.estimate("gpt-oss-120b", H100, **kw), ps.estimate("gpt-oss-120b", H100, **kw, moe_overlap=True)
     assert on.time.ep_comm_s == pytest.approx((1 - eff) * off.time.ep_comm_s, rel=1e-9)
+
+
+def test_unpermutation_stores_nothing_the_weights_ride_in_the_activation():
+    """Megatron-Core applies the routing weights inside the experts' activation (weighted SwiGLU) and
+    un-permutes without them: each extra routed row stores its expert input (h), the fc1 output
+    (2 f_e, gated), the fc2 input (f_e) in bf16 and its fp32 weight -- no k x h combine buffer."""
+    m2 = get_model("mixtral-8x7b")
+    m4 = m2.model_copy(update={"experts_per_token": 4})
+    kw = dict(num_gpus=8, tp=1, pp=1, ep=8, global_batch=8, micro_batch=1, seq_len=4096, recompute="none",
+              moe_imbalance=1.0)
+    d = _est(m4, **kw).memory.activations_gib - _est(m2, **kw).memory.activations_gib
+    h, fe = m2.hidden_size, m2.expert_ffn_hidden_size
+    assert d == pytest.approx(m2.num_layers * 4096 * (4 - 2) * (2 * h + 2 * 2 * fe + 2 * fe + 4) / GIB, rel=1e-9)

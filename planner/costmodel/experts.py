@@ -29,18 +29,24 @@ weights, so few tokens per expert make the layer memory-bound, as measured for f
 
 Router (``h x E`` GEMM, then softmax or sigmoid, top-k, fp32: ~16 B per token and expert) and
 permutation / un-permutation (gather ``T_loc`` rows into ``T_loc * k`` expert-ordered rows and
-scatter them back with the routing weights; read + write ``h`` bf16 each way) are memory-bound,
+sum them back per token, the routing weights being applied in the experts' activation; read + write
+``h`` bf16 each way: :data:`PERMUTE_BYTES`, :data:`UNPERMUTE_BYTES`) are memory-bound,
 priced at ``hbm_eff * moe_membound_eff``; the backward moves 2x the forward bytes, as for the
 other element-wise work.
 
-Selective recomputation of a MoE or MLA model is Megatron-Core's recommended module set
-(``--recompute-modules core_attn moe_act layernorm mla_up_proj``; the Megatron-MoE ModelZoo's
-"selective: norm, act", Megatron-Bridge's DeepSeek recipes): besides the attention core, the
-expert activation function (its output, the fc2 input ``M x f_e/etp``, is recomputed from the
-stored fc1 output), the two norms (their outputs, ``2h`` per token) and, with MLA, the Q/K/V
-up-projections (the decompressed ``q, k, v`` are recomputed from the stored latents) are
-discarded after the forward and redone in the backward: :func:`selective_saved_bytes_per_token`
-and :func:`selective_recompute_fwd_s`. Dense models keep the attention-core-only meaning.
+Selective recomputation of a MoE or MLA model is Megatron-Core's fine-grained set for MoE
+(``--recompute-modules mla_up_proj layernorm moe_act``: Megatron-LM megatron/core/transformer/moe/
+README.md@d98e8a64, "Fine-grained Recomputation"; the Megatron-MoE ModelZoo's "selective: norm,
+act"; Megatron-Bridge's DeepSeek/GPT-OSS perf recipes use subsets of it, bench/moe_recipes.yaml;
+DeepSeek-V3 report Sec. 3.2.3 recomputes the norms and MLA up-projections): the expert activation
+function (its output, the fc2 input ``M x f_e/etp``, is recomputed from the stored fc1 output),
+the two norms (their outputs, ``2h`` per token) and, with MLA, the Q/K/V up-projections (the
+decompressed ``q, k, v`` are recomputed from the stored latents) are discarded after the forward
+and redone in the backward: :func:`selective_saved_bytes_per_token` and
+:func:`selective_recompute_fwd_s`. The attention core is not in the set (``core_attn`` is
+Megatron's default only when no module is named): with FlashAttention it is not re-run (without
+it, its softmax and scores are, as for a dense model). Dense models keep the attention-core-only
+meaning.
 
 Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): the attention GEMMs are the five MLA
 projections (Q down ``h x q_lora`` and KV down ``h x (kv_lora + rope)``, replicated over tensor
@@ -64,10 +70,15 @@ from plan_search.planner.costmodel.arrays import PlanArrays
 #: and written back, read by top-k (4 x 4 B); Megatron-Core keeps router logits in fp32
 #: (``--moe-router-dtype fp32`` is its recommended setting for DeepSeek-style routers).
 ROUTER_BYTES_PER_SCORE = 16.0
-#: Permutation bytes per token row per hidden element, forward: read bf16 + write bf16 when
-#: permuting, and again when un-permuting (plus the fp32 weighted sum: 2 + 4 B per element).
+#: Permutation bytes per routed row per hidden element, forward: each expert-ordered row is read
+#: from its token (bf16) and written (bf16).
 PERMUTE_BYTES = 2.0 + 2.0
-UNPERMUTE_BYTES = 2.0 + 2.0 + 4.0
+#: Un-permutation bytes per routed row per hidden element: each row is read (bf16) and summed into its
+#: token, written once per token (``2/k`` more per routed row, added where ``k`` is known). No routing
+#: weights here: Megatron-Core applies them inside the experts' activation (``permuted_probs`` into
+#: ``weighted_bias_swiglu_impl``, moe/experts.py@d98e8a64) and un-permutes without probs
+#: (moe/token_dispatcher.py@d98e8a64 ``unpermute(...)`` in the alltoall and flex dispatchers).
+UNPERMUTE_BYTES = 2.0
 
 
 def _last_call(fn):
@@ -267,7 +278,8 @@ def moe_layer_times(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> di
     Tl = moe_tokens(x)
     router = compute._gemm_s(Tl, h, E, cluster, np.zeros_like(x.fp8))
     eff = cluster.efficiency.moe_membound_eff
-    mem = (ROUTER_BYTES_PER_SCORE * Tl * E + (PERMUTE_BYTES + UNPERMUTE_BYTES) * Tl * k * imbalance(x) * h) / eff
+    mem = (ROUTER_BYTES_PER_SCORE * Tl * E
+           + (PERMUTE_BYTES + UNPERMUTE_BYTES + 2.0 / k) * Tl * k * imbalance(x) * h) / eff
     mem = mem + _act_bytes(m, rows, fe) + (_act_bytes(m, T, shared_w / t) if shared_w else 0.0)
     mem = mem - _act_bytes(m, T, m.ffn_hidden_size / t)
     comp_f = routed + shared + router - dense_mlp
@@ -282,8 +294,10 @@ def moe_activation_delta_per_layer(model: ModelSpec, x: PlanArrays):
     """Bytes a MoE layer stores beyond a dense layer (:func:`memory.layer_activation_bytes`), one
     micro-batch, one GPU: minus the dense MLP's stored inputs; plus the router input and fp32
     probabilities, the permuted expert inputs (``M x h``), the expert activation inputs
-    (``M x f_e/etp``, two for gated MLPs) and down-projection inputs, the un-permutation buffer
-    (``T_loc k h``), and the shared experts' MLP inputs as a dense MLP stores them."""
+    (``M x f_e/etp``, two for gated MLPs) and down-projection inputs, the fp32 routing weight of each
+    routed row (applied in the activation, whose backward needs it; its output's gradient gives the
+    weight's), and the shared experts' MLP inputs as a dense MLP stores them. The un-permutation
+    stores nothing (it has no routing weights to differentiate: :data:`UNPERMUTE_BYTES`)."""
     m = model
     T = compute.tokens_per_gpu(x)
     t = x.tp.astype(float)
@@ -296,10 +310,10 @@ def moe_activation_delta_per_layer(model: ModelSpec, x: PlanArrays):
     keep_act_out = np.where(moe_selective(m, x), 0.0, 1.0)  # moe_act recomputed under selective
     routed = rows * (m.hidden_size * gemm_in + (4.0 if m.gated else 2.0) * fe + fe * gemm_in * keep_act_out)
     router = Tl * m.num_experts * 4.0 * 2  # fp32 scores and probabilities
-    unperm = 2.0 * Tl * m.experts_per_token * imbalance(x) * m.hidden_size
+    weights = 4.0 * rows  # fp32 routing weight per routed row
     sw = m.num_shared_experts * (m.shared_expert_ffn_hidden_size or 0)
     shared = T * ((4.0 if m.gated else 2.0) * sw + sw * gemm_in) / t
-    return routed + router + unperm + shared - dense
+    return routed + router + weights + shared - dense
 
 
 def moe_selective(model: ModelSpec, x: PlanArrays):
@@ -328,7 +342,10 @@ def selective_saved_bytes_per_token(model: ModelSpec, x: PlanArrays) -> tuple:
 def selective_recompute_fwd_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> tuple:
     """(per layer, per MoE layer) seconds the MoE/MLA selective set redoes in the backward, one
     micro-batch: the two norms (read h, write h, bf16, ``/tp`` with sequence parallelism) and the
-    MLA up-projections (Q up, KV up GEMMs); per MoE layer the expert activation function."""
+    MLA up-projections (Q up, KV up GEMMs); per MoE layer the expert activation function. Per layer
+    it also takes back the attention-core re-run that the dense meaning of selective prices
+    (:func:`compute.layer_times` ``selective_extra_s``) where FlashAttention runs: ``core_attn`` is
+    not in the set (module docstring)."""
     m = model
     sel = moe_selective(m, x)
     T = compute.tokens_per_gpu(x)
@@ -341,6 +358,7 @@ def selective_recompute_fwd_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArr
         if m.q_lora_rank:
             up = up + compute._gemm_s(T, m.q_lora_rank, a * hd / t, cluster, x.fp8)
         per_layer = per_layer + up
+    per_layer = per_layer - np.where(x.fa, compute.attention_fwd_s(m, cluster, x), 0.0)
     per_moe = 0.0
     if m.is_moe:
         fe = m.expert_ffn_hidden_size / x.etp

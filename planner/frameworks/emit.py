@@ -192,12 +192,14 @@ def moe_layer_pattern(m: ModelSpec) -> str:
 
 def selective_modules(p: Plan, m: ModelSpec) -> list[str] | None:
     """Megatron-Core ``--recompute-modules`` of the planner's selective recomputation of a MoE or MLA
-    model (``planner.costmodel.experts``: attention core, expert activation, norms, MLA
-    up-projections; arguments.py@000c4ac2 lists these choices); None for dense models (core_attn)."""
+    model (``planner.costmodel.experts``: norms, expert activation, MLA up-projections -- the MoE
+    README's fine-grained set; the attention core only without FlashAttention; arguments.py@000c4ac2
+    lists these choices); None for dense models (core_attn)."""
     mla = getattr(m, "kv_lora_rank", None) is not None
     if p.recompute != "selective" or not (m.is_moe or mla):
         return None
-    return ["core_attn", "layernorm"] + (["moe_act"] if m.is_moe else []) + (["mla_up_proj"] if mla else [])
+    return ([] if p.flash_attention else ["core_attn"]) + ["layernorm"] + (["moe_act"] if m.is_moe else []) + (
+        ["mla_up_proj"] if mla else [])
 
 
 def megatron_moe_args(p: Plan, m: ModelSpec) -> list[str]:
