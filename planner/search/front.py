@@ -968,14 +968,23 @@ def binding_days(systems, ms, groups, n_groups, request=None, want=None,
     as the full minimum is -- or every one is timed (the figure is then the full minimum). Each
     comparison gives what timing them all gives; None: all of them are timed."""
     out: dict = {"complete": True}
+    wanted = np.ones(n_groups, dtype=bool)
+    if want is not None:
+        wanted[:] = False
+        wanted[np.asarray(want, dtype=np.int64)] = True
+    if below is not None:  # a group nobody reads (-inf) is left alone: its figure is not compared
+        wanted &= np.isfinite(below)
     for name in ("memory", "comm_ratio"):
         best = np.full(n_groups, np.inf)
         for s, m, g in zip(systems, ms, groups):
             r = _relaxed(m, name)
             if name == "memory" and request is not None and "timed" in s.cols:
-                need = np.flatnonzero(r & (np.isin(g, want) if want is not None else True))
-                done = time_rows(s.space.model, s.cluster, s.space.x, s.cols, need, request, deadline) \
-                    if below is None else _time_until_below(s, need, g, below, request, deadline)
+                if below is None:
+                    done = time_rows(s.space.model, s.cluster, s.space.x, s.cols, np.flatnonzero(r & wanted[g]),
+                                     request, deadline)
+                else:  # the untimed ones (a timed plan can stop a group early, never change an answer)
+                    need = np.flatnonzero(r & wanted[g] & ~s.cols["timed"])
+                    done = _time_until_below(s, need, g, below, request, deadline)
                 if not done:
                     out["complete"] = False
                 r = r & s.cols["timed"]
@@ -991,22 +1000,24 @@ def _time_until_below(s: System, rows: np.ndarray, g: np.ndarray, below: np.ndar
     faster than ``below`` of its group or none left; False when the deadline stopped it."""
     days, timed = s.cols["days"], s.cols["timed"]
     hit = np.zeros(len(below), dtype=bool)
-    t = rows[timed[rows]]
-    hit[g[t][days[t] < below[g[t]]]] = True
     rows = rows[~timed[rows]]
-    rows = rows[np.isfinite(below[g[rows]]) & ~hit[g[rows]]]  # -inf: a group nobody reads
+    gr = g[rows]
+    keep = np.isfinite(below[gr])  # -inf: a group nobody reads
+    rows, gr = rows[keep], gr[keep]
     if not len(rows):
         return True
-    rows = rows[np.argsort(g[rows], kind="stable")]  # grouped, the stable order within a group
-    gr = g[rows]
+    # grouped, the stable order within a group (a radix sort on small group ids)
+    o = np.argsort(gr.astype(np.int16) if len(below) < 2**15 else gr, kind="stable")
+    rows, gr = rows[o], gr[o]
     starts = np.flatnonzero(np.r_[True, gr[1:] != gr[:-1]])
-    rank = np.arange(len(rows)) - np.repeat(starts, np.diff(np.r_[starts, len(rows)]))
+    ends = np.r_[starts[1:], len(rows)]
     lo, size = 0, BIND_ROUND
     while True:
-        sel = (rank >= lo) & (rank < lo + size) & ~hit[gr]
-        if not sel.any():
+        live = ~hit[gr[starts]] & (starts + lo < ends)  # groups not answered, with rows left
+        if not live.any():
             return True
-        pick = rows[sel]
+        a, b = starts[live] + lo, np.minimum(starts[live] + lo + size, ends[live])
+        pick = rows[np.concatenate([np.arange(i, j) for i, j in zip(a.tolist(), b.tolist())])]
         if not time_rows(s.space.model, s.cluster, s.space.x, s.cols, pick, request, deadline):
             return False
         pg = g[pick]
