@@ -9,14 +9,20 @@ Rows: every row of the project's runs files (planner/runs_2026_12.csv, planner/p
 with ``measured_memory_gb``, plus the published out-of-memory configurations listed in
 :data:`PUBLISHED_OOM` (each must be predicted not to fit). Where an out-of-memory configuration is
 a run that ran on fewer GPUs (Narayanan et al. 2021's 530B ZeRO-3: 640 GPUs ran, 560 did not fit),
-the pair bounds the device figure of the run that ran, and the allocator slack that fits both is
-printed beside the predicted one (:func:`bracket_check`).
+the pair bounds the figure the run that ran needs at capacity, and the share of the allocator slack
+that cannot be released that fits both is printed beside the built-in one
+(:data:`planner.costmodel.memory.UNRELEASABLE_SLACK_SHARE`, fitted on that bracket alone; :func:`bracket_check`).
+
+Two figures per row: the peaks with room (allocated, reserved, device: what a run with memory to
+spare measures, compared with the measured peaks) and the figure at capacity (``needed``: allocated
++ the slack the caching allocator cannot give back + outside the allocator), which feasibility is
+judged on -- here as in plan-estimate and plan-search (:func:`planner.costmodel.evaluate.memory_fit`).
 
 What each source measured (:data:`MEASURE_BY_SOURCE`) decides which predicted figure it is
 compared with (:func:`planner.costmodel.memory.as_measured`): ``allocated``
 (torch.cuda.max_memory_allocated), ``reserved`` (torch.cuda.max_memory_reserved) or ``device``
 (nvidia-smi). Floors (issue 11): median |error| <= 8% over the rows with a measured peak; no run
-that ran predicted above its GPU's physical capacity; every published OOM predicted not to fit.
+that ran needing more than its GPU's physical capacity; every published OOM predicted not to fit.
 
 The plan of a row is what the source ran; what it leaves out is set as its framework does, and
 said in :func:`plan_for` (torchtitan: FSDP2 with fp32 reduce, reshard_after_forward off under
@@ -151,7 +157,8 @@ def predict(rec: RunRecord, plan: Plan, cluster: ClusterSpec) -> dict:
     return {
         "kind": kind,
         "predicted_gib": float(memory.as_measured(mem, kind, cap)[0]) / memory.GIB,
-        "device_gib": float(mem["total"][0]) / memory.GIB,
+        "device_gib": float(mem["device"][0]) / memory.GIB,  # nvidia-smi with room
+        "needed_gib": float(mem["total"][0]) / memory.GIB,  # at capacity: the feasibility figure
         "allocated_gib": float(mem["allocated"][0]) / memory.GIB,
         "capacity_gib": cluster.gpu.memory_gib,
     }
@@ -201,7 +208,7 @@ def load_rows():
 def table(rows, title: str, terms: tuple[float, float] | None = None) -> list[float]:
     print(f"\n{title}")
     print(f"{'#':>3s} {'source / table':34s} {'run':24s} {'plan':30s} {'measure':9s} {'meas.':>6s} "
-          f"{'pred.':>6s} {'error':>7s} {'device':>7s} {'cap.':>6s}")
+          f"{'pred.':>6s} {'error':>7s} {'device':>7s} {'needed':>7s} {'cap.':>6s}")
     errs = []
     saved = memory.SP_GATHER_BUFFERS
     if terms is not None:
@@ -212,10 +219,10 @@ def table(rows, title: str, terms: tuple[float, float] | None = None) -> list[fl
             r = predict(rec, plan, cc)
             e = r["predicted_gib"] / rec.measured_memory_gb - 1.0
             errs.append(e)
-            over = " ABOVE CAPACITY" if r["device_gib"] > r["capacity_gib"] else ""
+            over = " ABOVE CAPACITY" if r["needed_gib"] > r["capacity_gib"] else ""
             print(f"{rec.index:3d} {table_of(rec)[:34]:34s} {rec.label[:24]:24s} {plan.label[:30]:30s} {r['kind']:9s} "
                   f"{rec.measured_memory_gb:6.1f} {r['predicted_gib']:6.1f} {100 * e:+6.1f}% {r['device_gib']:7.1f} "
-                  f"{r['capacity_gib']:6.1f}{over}")
+                  f"{r['needed_gib']:7.1f} {r['capacity_gib']:6.1f}{over}")
     finally:
         memory.SP_GATHER_BUFFERS = saved
     return errs
@@ -274,20 +281,26 @@ def bracket_check() -> None:
         delta = mem["oom"]["total"] - mem["ran"]["total"]
         r = mem["ran"]
         print(f"\n{fname} row {rec.index} ({rec.label}, {ran_plan.num_gpus} GPUs) ran; {plan['num_gpus']} GPUs did not fit:")
-        print(f"  together they put its device figure in ({cap - delta:.1f}, {cap:g}] GiB; predicted {r['total']:.1f} = "
-              f"allocated {r['allocated']:.1f} (states {r['weights'] + r['gradients'] + r['optimizer']:.1f}, "
+        print(f"  together they put the figure it needs at capacity in ({cap - delta:.1f}, {cap:g}] GiB; predicted "
+              f"{r['total']:.1f} = allocated {r['allocated']:.1f} (states {r['weights'] + r['gradients'] + r['optimizer']:.1f}, "
               f"activations {r['activations']:.1f}, re-run layer/loss {r['transient']:.1f}, "
-              f"gathers {r['zero3_gather_buffer']:.1f}) + allocator slack {r['allocator_slack']:.1f} "
-              f"+ outside the allocator {r['framework_overhead']:.1f}")
+              f"gathers {r['zero3_gather_buffer']:.1f}) + unreleasable slack {r['allocator_slack']:.1f} "
+              f"+ outside the allocator {r['framework_overhead']:.1f}; with room the slack is "
+              f"{r['allocator_slack'] + r['releasable_slack']:.1f} (device {r['device']:.1f})")
         lo, hi = cap - delta - (r["allocated"] + r["framework_overhead"]), cap - (r["allocated"] + r["framework_overhead"])
-        print(f"  the slack that fits both: {max(lo, 0.0):.1f} to {hi:.1f} GiB against {r['allocator_slack']:.1f} predicted")
+        # the slack of this plan that the allocator cannot release, as a share of the fragmentation slack
+        # (the SP buffers, kept whole, are none here: no sequence parallelism)
+        frag = (r["allocator_slack"] + r["releasable_slack"]) if not ran_plan.sequence_parallel else float("nan")
+        print(f"  the unreleasable slack that fits both: {max(lo, 0.0):.1f} to {hi:.1f} GiB against "
+              f"{r['allocator_slack']:.1f} predicted: a share of the slack with room in ({max(lo, 0.0) / frag:.3f}, "
+              f"{hi / frag:.3f}], built-in {memory.UNRELEASABLE_SLACK_SHARE:g} (fitted on this pair alone)")
 
 
-def ran_over_capacity() -> list[str]:
+def ran_over_capacity() -> tuple[list[str], list[str]]:
     """Every dense run of the runs files (with or without a measured peak): those whose printed
-    configuration (the least-memory candidate where the source left knobs open) is predicted
-    above the GPU's physical capacity."""
-    over = []
+    configuration (the least-memory candidate where the source left knobs open) is predicted to
+    need more than the GPU's physical capacity, and those the default headroom refuses."""
+    over, refused = [], []
     for path in RUN_FILES:
         if not path.is_file():
             continue
@@ -298,13 +311,15 @@ def ran_over_capacity() -> list[str]:
             plans = [plan_for(rec)] if rec.group == "torchtitan-2024-12" else rec.candidates
             mem = memory.peak_memory(rec.model, c, PlanArrays.from_plans(plans, rec.model.num_layers))
             best = float(np.min(mem["total"])) / memory.GIB
+            if best > c.gpu.memory_gib * (1.0 - memory.DEFAULT_MEMORY_HEADROOM):
+                refused.append(f"{path.name} row {rec.index} ({rec.label}, {best:.1f} of {c.gpu.memory_gib:g} GiB)")
             if best > c.gpu.memory_gib:
                 i = int(np.argmin(mem["total"]))
-                parts = (f"allocated {float(mem['allocated'][i]) / memory.GIB:.1f} + slack "
+                parts = (f"allocated {float(mem['allocated'][i]) / memory.GIB:.1f} + unreleasable slack "
                          f"{float(mem['allocator_slack'][i]) / memory.GIB:.1f} + outside "
                          f"{float(mem['framework_overhead'][i]) / memory.GIB:.1f}")
                 over.append(f"{path.name} row {rec.index} ({rec.label}, {best:.1f} of {c.gpu.memory_gib:g} GiB: {parts})")
-    return over
+    return over, refused
 
 
 def main() -> int:
@@ -318,23 +333,26 @@ def main() -> int:
     default = rows[0][2].efficiency.fragmentation
     errs = table(rows, f"memory where measured ({len(rows)} rows; built-in fragmentation {default:g})")
     med = float(np.median(np.abs(errs)))
-    over = [rec.index for rec, p, c in rows if predict(rec, p, c)["device_gib"] > c.gpu.memory_gib]
+    over = [rec.index for rec, p, c in rows if predict(rec, p, c)["needed_gib"] > c.gpu.memory_gib]
     print(f"median |error| {100 * med:.1f}%, mean signed {100 * float(np.mean(errs)):+.1f}%, "
           f"max under-prediction {100 * min(0.0, min(errs)):.1f}%, max over-prediction {100 * max(0.0, max(errs)):+.1f}%")
-    room = [1.0 - predict(rec, p, c)["device_gib"] / c.gpu.memory_gib for rec, p, c in rows]
-    print(f"room the runs that ran are predicted to leave (1 - device/capacity): min {100 * min(room):.1f}%; "
+    room = [1.0 - predict(rec, p, c)["needed_gib"] / c.gpu.memory_gib for rec, p, c in rows]
+    print(f"room the measured runs are predicted to leave (1 - needed/capacity): min {100 * min(room):.1f}%; "
           f"default headroom {100 * memory.DEFAULT_MEMORY_HEADROOM:.0f}%")
     refused = [rec.index for (rec, p, c), r in zip(rows, room) if r < memory.DEFAULT_MEMORY_HEADROOM]
     oom_ok = oom_check()
     bracket_check()
-    all_over = ran_over_capacity()
-    print(f"\nevery dense run of the runs files (no measured peak needed) predicted above capacity: "
+    all_over, all_refused = ran_over_capacity()
+    print(f"\nevery dense run of the runs files (no measured peak needed) needing more than capacity: "
           f"{'; '.join(all_over) if all_over else 'none'}")
+    print(f"refused at the default headroom ({100 * memory.DEFAULT_MEMORY_HEADROOM:.0f}%): "
+          f"{'; '.join(all_refused) if all_refused else 'none'}")
     print(f"floors: median <= 8%: {'MET' if med <= 0.08 else 'NOT MET'}; no run that ran above capacity: "
           f"{'MET' if not over else 'NOT MET ' + str(over)} on the measured rows, "
           f"{'MET' if not all_over else f'NOT MET ({len(all_over)} row)'} over every dense run; "
           f"every published OOM predicted not to fit: "
-          f"{'MET' if oom_ok else 'NOT MET'}; runs refused at the default headroom: {refused or 'none'}")
+          f"{'MET' if oom_ok else 'NOT MET'}; refused at the default headroom: {refused or 'none'} of the measured rows, "
+          f"{len(all_refused)} of every dense run (memory.DEFAULT_MEMORY_HEADROOM says why)")
     if args.fit:
         f, k = fit_terms(rows)
         print(f"\nfitted on all {len(rows)} rows (rows {', '.join(str(r.index) for r, _, _ in rows)}): "

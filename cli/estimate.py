@@ -196,7 +196,7 @@ MEMORY_ROWS = (
     ("activations", "activations_gib"),
     ("transient (loss / re-run layer / step)", "transient_gib"),
     ("ZeRO-3 gather buffer", "zero3_gather_buffer_gib"),
-    ("allocator slack", "allocator_slack_gib"),
+    ("allocator slack (unreleasable)", "allocator_slack_gib"),
     ("outside allocator (CUDA, NCCL)", "framework_overhead_gib"),
 )
 
@@ -236,8 +236,11 @@ def format_table(est, cluster, model, headroom: float, overrides: Sequence[str] 
     lines.append(f"memory per GPU, GiB (worst stage: {m.worst_stage})")
     lines += _rows(["", "GiB", "% peak"], rows)
     lines.append(f"  allocated {m.allocated_peak_gib:.2f} (torch max_memory_allocated)")
-    lines.append(f"  reserved {m.reserved_peak_gib:.2f} (max_memory_reserved); peak adds what is outside")
-    lines.append("  the allocator (the nvidia-smi figure)")
+    lines.append(f"  with room: reserved {m.reserved_peak_gib:.2f} (max_memory_reserved), "
+                 f"device {m.device_peak_gib:.2f} (nvidia-smi)")
+    lines.append(f"  at capacity: reserved {m.reserved_at_capacity_gib:.2f} (the allocator frees "
+                 f"{m.releasable_slack_gib:.2f} of cached")
+    lines.append("  segments before failing); peak = it + outside the allocator: judged on")
     fits = "fits" if est.feasible else "DOES NOT FIT"
     lines.append(
         f"  usable {m.usable_gib:.2f} of capacity {m.capacity_gib:.2f} (headroom {_pct(headroom, 0)}): "

@@ -36,15 +36,23 @@ class MemoryBreakdown(_Doc):
     """Peak memory of the worst pipeline stage, GiB (:mod:`planner.costmodel.memory`).
 
     ``allocated_peak_gib`` is what ``torch.cuda.max_memory_allocated`` would read at the peak
-    moment; ``reserved_peak_gib`` adds the caching allocator's reserved-but-unused memory
-    (``torch.cuda.max_memory_reserved``); ``peak_gib`` adds what lives outside the allocator
-    (CUDA context, NCCL buffers: the nvidia-smi figure) and is the figure judged against
-    ``usable_gib``. The parts (weights ... framework_overhead) sum to ``peak_gib``.
+    moment; ``reserved_peak_gib`` adds the caching allocator's reserved-but-unused memory as a run
+    with memory to spare measures it (``torch.cuda.max_memory_reserved``), ``device_peak_gib`` adds
+    what lives outside the allocator (CUDA context, NCCL buffers: the nvidia-smi figure with room).
+    ``reserved_at_capacity_gib`` is what the allocator needs when memory runs short: before failing
+    it gives its whole free segments back and retries, keeping only the free pieces of segments that
+    hold a live tensor (``allocator_slack_gib``; ``releasable_slack_gib`` is the rest).
+    ``peak_gib`` = reserved at capacity + outside the allocator is the figure judged against
+    ``usable_gib`` (:mod:`planner.costmodel.memory`). The parts (weights ... framework_overhead)
+    sum to ``peak_gib``.
     """
 
     peak_gib: float
     allocated_peak_gib: float
     reserved_peak_gib: float
+    device_peak_gib: float
+    reserved_at_capacity_gib: float
+    releasable_slack_gib: float
     capacity_gib: float
     usable_gib: float
     weights_gib: float
@@ -270,6 +278,9 @@ def pack(m: ModelSpec, c: ClusterSpec, p: Plan, r: dict, i: int, tokens: float |
         peak_gib=g(r["memory_peak_gib"]),
         allocated_peak_gib=g(mem["allocated"]) / GIB,
         reserved_peak_gib=g(mem["reserved"]) / GIB,
+        device_peak_gib=g(mem["device"]) / GIB,
+        reserved_at_capacity_gib=g(mem["reserved_at_capacity"]) / GIB,
+        releasable_slack_gib=g(mem["releasable_slack"]) / GIB,
         capacity_gib=c.gpu.memory_gib,
         usable_gib=g(r["memory_usable_gib"]),
         weights_gib=g(mem["weights"]) / GIB,

@@ -92,7 +92,7 @@ def evaluate(
         "raw": st["raw"],
         "bubble_fraction": st["bubble_fraction"],
         "memory": mem,
-        "memory_peak_gib": mem["total"] / GIB,  # the device figure feasibility is judged on
+        "memory_peak_gib": mem["total"] / GIB,  # the figure feasibility is judged on: needed at capacity
         "memory_allocated_gib": mem["allocated"] / GIB,
         "memory_reserved_gib": mem["reserved"] / GIB,
         "memory_usable_gib": np.full(len(x), usable / GIB),

@@ -66,8 +66,25 @@ parameters stay gathered from the forward to the backward: ``2 psi`` instead.
 bytes allocated and freed every micro-batch (activations, transients, gathers: the variety of
 sizes is what fragments); ``device`` (nvidia-smi) = reserved + what lives outside PyTorch's
 allocator: ``framework_overhead_gib`` (CUDA context, library handles) and NCCL's buffers, one set
-per communicator (:data:`NCCL_COMMUNICATOR_BYTES`). Feasibility is judged on the device figure
-(reserved + outside-allocator) against capacity x (1 - headroom).
+per communicator (:data:`NCCL_COMMUNICATOR_BYTES`). These are the figures of a run with memory to
+spare, the only kind a measured peak is taken from.
+
+**Feasibility is judged on the reserved figure at capacity**, not on the reserved peak with room.
+When ``cudaMalloc`` fails, PyTorch's caching allocator gives its cached unused segments back to the
+driver and retries before it raises out-of-memory (``DeviceCachingAllocator::malloc``:
+``release_available_cached_blocks`` then ``release_cached_blocks``, c10/cuda/CUDACachingAllocator.cpp
+at 001074d2; ``free_cached_blocks`` in the 2021 releases). Only a whole free segment can be given
+back (``release_block`` of a block with no ``prev``/``next``): the free pieces of segments that
+still hold a live tensor stay reserved (the allocator's own note at its out-of-memory message:
+"The only remaining 'cached' memory is split from a larger block that is partially in-use";
+``torch.cuda.memory_stats`` names them ``inactive_split_bytes``, "inactive, non-releasable
+memory"). A run pressed against its capacity therefore needs ``reserved_at_capacity`` = allocated
++ :data:`UNRELEASABLE_SLACK_SHARE` x the fragmentation slack + the SP gather buffers (live buffers,
+kept whole); ``total`` = that + outside-allocator is what is judged against capacity x (1 -
+headroom). Such a run pays in speed, not memory (DeepSpeed ZeRO-3 warns of "pytorch allocator
+cache flushes since last step", ``num_alloc_retries``, stage3.py at edaa7221). The breakdown's parts
+(weights ... ``allocator_slack``, the unreleasable slack, ... outside) are those of that moment
+and sum to ``total``; ``releasable_slack`` = ``reserved`` - ``reserved_at_capacity`` >= 0.
 All byte counts are per GPU, numpy arrays over the candidates.
 """
 
@@ -112,21 +129,45 @@ GIB = float(2**30)
 #: but with the checkpoints taken out of the fragmenting bytes Narayanan et al.'s 530B ZeRO-3 at 560
 #: GPUs, which did not fit, would be predicted at 74.6 GiB of 80 (76.4 with the two 5e8-element
 #: reduce buckets contiguous gradients allocate before the backward, stage3.py v0.3.16). With the slack as fitted, the run
-#: that ran at 640 GPUs is predicted at 83.0 GiB of 80 (bench/memory_fidelity.py): the slack of a
-#: run pressed against its capacity -- where PyTorch's allocator frees its cached blocks and
-#: retries before failing -- is below this fit's, by an amount no row measures.
+#: that ran at 640 GPUs would reserve 83.0 GiB of 80 with room (bench/memory_fidelity.py): pressed
+#: against its capacity, PyTorch's allocator gives back its whole free segments and retries before
+#: failing, so what a run needs is below the reserved peak measured with room
+#: (:data:`UNRELEASABLE_SLACK_SHARE`, fitted on that pair; 79.1 GiB needed at 640 GPUs, 80.9 at 560).
 MEMORY_FIT_NOTE = ("fragmentation 0.31 and SP_GATHER_BUFFERS 5.8 fitted by bench/memory_fidelity.py --fit on "
                    "planner/runs_2026_12.csv rows 91-101 (torchtitan 2024-12, PyTorch reserved peak, 96 GB H100); "
                    "median |error| 3.3%, leave-one-table-out 4.3% (worst 6.8%)")
 
+#: The share of the fragmentation slack (``fragmentation`` x the bytes allocated and freed every
+#: micro-batch) a run pressed against its capacity cannot give back: the free pieces of segments that
+#: still hold a live tensor (see the module docstring: only whole free segments are released before an
+#: out-of-memory is raised). Allocator design says which part can be released, not how much of the
+#: slack that is, and no published measurement separates the two (GMLake, Guo et al. ASPLOS'24, and
+#: PyTorch's memory notes give reserved-minus-allocated with room, not ``inactive_split_bytes`` at
+#: capacity), so it is fitted, on one bracket: Narayanan et al. 2021 Table 2's 530B DeepSpeed ZeRO-3,
+#: micro-batch 4 (planner/published_runs.csv row 14: ran on 640 A100-80GB; its note: did not fit on
+#: 560). The same plan on 80 more GPUs changes only the sharded states, so any share in (0.607, 0.752]
+#: separates the two (allocated 68.36 / 70.12 GiB, fragmentation slack 12.16 GiB, outside the
+#: allocator 2.5 GiB, against 80 GiB); 0.68 is the middle: 640 GPUs needs 79.1 GiB, 560 GPUs 80.9.
+#: Validated on the rows it did not see (bench/memory_fidelity.py): every dense run of the runs files
+#: fits its GPU, the three other published out-of-memory configurations stay above capacity, and the
+#: torchtitan reserved peaks (compared with room) are unchanged. One share for every framework and
+#: allocator setting: with ``expandable_segments:True`` (torchtitan's run_llama_train.sh since
+#: a5e57e4a, 2024-10) the free pages of a partly used segment are unmapped too (``release_blocks`` ->
+#: ``unmap_block``), so there it overstates what is needed (the safe side). The SP gather buffers
+#: are live buffers and are kept whole.
+UNRELEASABLE_SLACK_SHARE = 0.68
+
 #: Default fraction of GPU memory kept free when judging feasibility (plan-estimate, the search's
-#: SearchRequest.memory_headroom). Chosen from the measured errors above: the most the model
-#: under-predicted a measured peak is 5.9 GiB, 6.2% of that GPU's capacity (405B at 262K tokens:
-#: 84.9 measured, 79.0 predicted of 95.6 GiB), so 7% keeps a plan predicted to fit at least as safe
-#: as the worst measured case; the tightest run that ran is predicted to leave 7.5% of its GPU
-#: free (Table 2's 8B rows, 88.4 of 95.6 GiB on the device), so 7% refuses none of the runs known
-#: to run (the old 10% would have refused them). The margin between the two is thin: a plan
-#: predicted within 7% of capacity is refused though some such plans run.
+#: SearchRequest.memory_headroom), on the figure at capacity (``total``). Chosen from the measured
+#: errors above: the most the model under-predicted a measured peak is 5.9 GiB, 6.2% of that GPU's
+#: capacity (405B at 262K tokens: 84.9 measured, 79.0 predicted of 95.6 GiB), so 7% keeps a plan
+#: predicted to fit at least as safe as the worst measured case. The measured runs are predicted to
+#: need at most 89.6% of their GPU (Table 2's 8B rows, 85.6 of 95.6 GiB at capacity): 7% refuses
+#: none of them. It refuses one run known to run: the 530B ZeRO-3 at 640 A100s (published_runs.csv
+#: row 14), which needs 79.1 of 80 GiB -- it ran pressed against its capacity, the allocator freeing
+#: its cache and retrying (DeepSpeed warns of such "cache flushes" as detrimental to performance);
+#: no headroom both admits it and covers the 6.2% under-prediction, and the measured error is
+#: preferred. ``--memory-headroom 0`` admits such plans.
 DEFAULT_MEMORY_HEADROOM = 0.07
 
 #: NCCL device buffers per communicator: NCCL_BUFFSIZE (4 MiB default, NCCL environment-variable
@@ -466,14 +507,18 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     # are a few blocks reused whole), plus the full-sequence buffers sequence parallelism's
     # all-gathers materialise (2 T h bytes each: saved for the weight gradient, cached per stream).
     sp_buffers = np.where(x.sp, SP_GATHER_BUFFERS * 2.0 * T * h, 0.0)
-    reserved_bwd = backward_moment + eff.fragmentation * (activations + gather) + sp_buffers
-    reserved_opt = optimizer_moment + eff.fragmentation * opt_temp
-    at_optimizer = reserved_opt > reserved_bwd
+    frag_bwd = eff.fragmentation * (activations + gather)
+    frag_opt = eff.fragmentation * opt_temp
+    # two reserved figures: with room (what a run with memory to spare measures: max_memory_reserved)
+    # and at capacity (what it needs: the allocator gives its whole free segments back before failing)
+    reserved = np.maximum(backward_moment + frag_bwd + sp_buffers, optimizer_moment + frag_opt)
+    needed_bwd = backward_moment + UNRELEASABLE_SLACK_SHARE * frag_bwd + sp_buffers
+    needed_opt = optimizer_moment + UNRELEASABLE_SLACK_SHARE * frag_opt
+    at_optimizer = needed_opt > needed_bwd  # the moment of the figure feasibility is judged on
     allocated = np.where(at_optimizer, optimizer_moment, backward_moment)
-    reserved = np.maximum(reserved_bwd, reserved_opt)
-    slack = reserved - allocated
+    reserved_at_capacity = np.maximum(needed_bwd, needed_opt)
+    slack = reserved_at_capacity - allocated
     outside = eff.framework_overhead_gib * GIB + NCCL_COMMUNICATOR_BYTES * communicators(x)
-    device = reserved + outside
     return {
         "weights": states["weights"],
         "gradients": states["gradients"],
@@ -481,12 +526,15 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
         "activations": np.where(at_optimizer, 0.0, activations),
         "transient": np.where(at_optimizer, optimizer_moment - states_total, transient),
         "zero3_gather_buffer": np.where(at_optimizer, 0.0, gather),
-        "allocator_slack": slack,
+        "allocator_slack": slack,  # the unreleasable part: the parts above sum to ``total``
         "framework_overhead": outside,
-        "allocated": allocated,  # at the moment of the reserved peak
+        "allocated": allocated,  # at the moment of the needed peak
         "allocated_max": np.maximum(backward_moment, optimizer_moment),
-        "reserved": reserved,
-        "total": device,
+        "reserved": reserved,  # the reserved peak with room (torch.cuda.max_memory_reserved)
+        "reserved_at_capacity": reserved_at_capacity,
+        "releasable_slack": reserved - reserved_at_capacity,
+        "device": reserved + outside,  # nvidia-smi with room
+        "total": reserved_at_capacity + outside,  # the figure feasibility is judged on
     }
 
 
@@ -506,16 +554,16 @@ def peak_memory(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, keys=None
 
 
 def as_measured(mem: dict, kind: str, capacity_bytes: float):
-    """The predicted figure a source measured (``kind`` in :data:`MEASURE_KINDS`), bytes. A
-    caching allocator under pressure frees its cached blocks and retries before failing
-    (PyTorch CUDACachingAllocator ``release_cached_blocks``), so a measured reserved peak never
-    exceeds what the device leaves it: reserved is capped at capacity minus what lives outside
-    the allocator, the device figure at capacity (when the allocated peak itself fits)."""
+    """The predicted figure a source measured (``kind`` in :data:`MEASURE_KINDS`), bytes: the
+    figures with room. A run that fits (``total``, the figure at capacity, within it) cannot reserve
+    more than the device leaves its allocator, which gives cached blocks back and retries first
+    (see the module docstring): its reserved figure is capped at capacity minus what lives outside
+    the allocator, its device figure at capacity."""
     if kind == "allocated":
         return mem["allocated_max"]
-    room = capacity_bytes - mem["framework_overhead"]
+    fits = mem["total"] <= capacity_bytes
     if kind == "reserved":
-        return np.where(mem["allocated"] <= room, np.minimum(mem["reserved"], room), mem["reserved"])
+        return np.where(fits, np.minimum(mem["reserved"], capacity_bytes - mem["framework_overhead"]), mem["reserved"])
     if kind == "device":
-        return np.where(mem["allocated"] <= room, np.minimum(mem["total"], capacity_bytes), mem["total"])
+        return np.where(fits, np.minimum(mem["device"], capacity_bytes), mem["device"])
     raise ValueError(f"measure: {kind!r} is not one of {', '.join(MEASURE_KINDS)}")
