@@ -370,8 +370,8 @@ def test_530b_zero3_deepspeed_figures_and_the_560_gpu_oom():
     With room it would reserve 80.5 GiB (device 83.0, above the 80 GB): the allocator slack, 0.31 x
     (activations + gather) fitted on torchtitan's reserved peaks. Pressed against its capacity the
     allocator gives its whole free segments back before failing; what it cannot give back,
-    memory.UNRELEASABLE_SLACK_SHARE of that slack (fitted on this pair), puts it at 79.1 GiB: it fits
-    at 640, and at 560 (80.9) it does not.
+    memory.UNRELEASABLE_SLACK_SHARE of that slack (fitted on this pair), puts it at 78.8 GiB: it fits
+    at 640, and at 560 (80.5) it does not.
     """
     import plan_search
     from plan_search.models import counting
@@ -394,12 +394,12 @@ def test_530b_zero3_deepspeed_figures_and_the_560_gpu_oom():
     assert mm.allocated_peak_gib == pytest.approx(68.36, abs=0.01)
     assert mm.reserved_peak_gib == pytest.approx(80.52, abs=0.01)  # with room, as before
     assert mm.device_peak_gib == pytest.approx(83.02, abs=0.01)
-    assert mm.peak_gib == pytest.approx(79.13, abs=0.01)
+    assert mm.peak_gib == pytest.approx(78.76, abs=0.01)
     assert e.feasible  # it ran
     oom = plan_search.estimate(m, "a100-80gb", framework="deepspeed", memory_headroom=0.0,
                                num_gpus=560, global_batch=2240, **ZERO3_530B)
     assert not oom.feasible  # it did not fit
-    assert oom.memory.peak_gib == pytest.approx(80.89, abs=0.01)
+    assert oom.memory.peak_gib == pytest.approx(80.52, abs=0.01)
     # the default headroom refuses the run that ran pressed against its capacity (memory.DEFAULT_MEMORY_HEADROOM)
     assert not plan_search.estimate(m, "a100-80gb", framework="deepspeed", num_gpus=640, global_batch=2560,
                                     **ZERO3_530B).feasible
