@@ -45,7 +45,7 @@ from plan_search.models.catalog import get_model
 from plan_search.planner.calibration import RunRecord, load_runs
 from plan_search.planner.costmodel import memory
 from plan_search.planner.costmodel.arrays import PlanArrays
-from plan_search.planner.costmodel.evaluate import evaluate
+from plan_search.planner.costmodel.evaluate import evaluate, memory_fit
 from plan_search.planner.costmodel.plan import Plan
 
 PLANNER = Path(__file__).resolve().parents[1] / "planner"
@@ -151,7 +151,7 @@ def plan_for(rec: RunRecord) -> Plan:
 
 def predict(rec: RunRecord, plan: Plan, cluster: ClusterSpec) -> dict:
     x = PlanArrays.from_plans([plan], rec.model.num_layers)
-    mem = memory.peak_memory(rec.model, cluster, x)
+    mem, _, fits = memory_fit(rec.model, cluster, x)  # plan-estimate's and the search's rule, no headroom
     kind = measure_of(rec)
     cap = cluster.gpu.memory_gib * memory.GIB
     return {
@@ -159,6 +159,7 @@ def predict(rec: RunRecord, plan: Plan, cluster: ClusterSpec) -> dict:
         "predicted_gib": float(memory.as_measured(mem, kind, cap)[0]) / memory.GIB,
         "device_gib": float(mem["device"][0]) / memory.GIB,  # nvidia-smi with room
         "needed_gib": float(mem["total"][0]) / memory.GIB,  # at capacity: the feasibility figure
+        "fits": bool(fits[0]),
         "allocated_gib": float(mem["allocated"][0]) / memory.GIB,
         "capacity_gib": cluster.gpu.memory_gib,
     }
@@ -219,7 +220,7 @@ def table(rows, title: str, terms: tuple[float, float] | None = None) -> list[fl
             r = predict(rec, plan, cc)
             e = r["predicted_gib"] / rec.measured_memory_gb - 1.0
             errs.append(e)
-            over = " ABOVE CAPACITY" if r["needed_gib"] > r["capacity_gib"] else ""
+            over = "" if r["fits"] else " ABOVE CAPACITY"
             print(f"{rec.index:3d} {table_of(rec)[:34]:34s} {rec.label[:24]:24s} {plan.label[:30]:30s} {r['kind']:9s} "
                   f"{rec.measured_memory_gb:6.1f} {r['predicted_gib']:6.1f} {100 * e:+6.1f}% {r['device_gib']:7.1f} "
                   f"{r['needed_gib']:7.1f} {r['capacity_gib']:6.1f}{over}")
@@ -309,11 +310,13 @@ def ran_over_capacity() -> tuple[list[str], list[str]]:
                 continue  # the expert-parallel memory model is issue 13's
             c = cluster_for(rec)
             plans = [plan_for(rec)] if rec.group == "torchtitan-2024-12" else rec.candidates
-            mem = memory.peak_memory(rec.model, c, PlanArrays.from_plans(plans, rec.model.num_layers))
+            x = PlanArrays.from_plans(plans, rec.model.num_layers)
+            mem, _, fits = memory_fit(rec.model, c, x)  # the one feasibility rule, no headroom
+            _, _, fits_default = memory_fit(rec.model, c, x, memory.DEFAULT_MEMORY_HEADROOM, mem)
             best = float(np.min(mem["total"])) / memory.GIB
-            if best > c.gpu.memory_gib * (1.0 - memory.DEFAULT_MEMORY_HEADROOM):
+            if not fits_default.any():
                 refused.append(f"{path.name} row {rec.index} ({rec.label}, {best:.1f} of {c.gpu.memory_gib:g} GiB)")
-            if best > c.gpu.memory_gib:
+            if not fits.any():
                 i = int(np.argmin(mem["total"]))
                 parts = (f"allocated {float(mem['allocated'][i]) / memory.GIB:.1f} + unreleasable slack "
                          f"{float(mem['allocator_slack'][i]) / memory.GIB:.1f} + outside "
@@ -333,7 +336,7 @@ def main() -> int:
     default = rows[0][2].efficiency.fragmentation
     errs = table(rows, f"memory where measured ({len(rows)} rows; built-in fragmentation {default:g})")
     med = float(np.median(np.abs(errs)))
-    over = [rec.index for rec, p, c in rows if predict(rec, p, c)["needed_gib"] > c.gpu.memory_gib]
+    over = [rec.index for rec, p, c in rows if not predict(rec, p, c)["fits"]]
     print(f"median |error| {100 * med:.1f}%, mean signed {100 * float(np.mean(errs)):+.1f}%, "
           f"max under-prediction {100 * min(0.0, min(errs)):.1f}%, max over-prediction {100 * max(0.0, max(errs)):+.1f}%")
     room = [1.0 - predict(rec, p, c)["needed_gib"] / c.gpu.memory_gib for rec, p, c in rows]
