@@ -223,7 +223,8 @@ def format_table(est, cluster, model, headroom: float, overrides: Sequence[str] 
                  f"model {est.model_tflops_per_gpu:.1f}, hardware {est.hardware_tflops_per_gpu:.1f}")
     lines += _kv("MFU / HFU", f"{_pct(est.mfu)} / {_pct(est.hfu)}")
     lines += _wrap(f"({FLOPS_NOTE})", indent=" " * LABEL, first=" " * LABEL)
-    verdict = "feasible" if est.feasible else "INFEASIBLE"
+    verdict = "feasible" if est.feasible else ("TIGHT (fits the device, not the headroom)" if est.fits_device
+                                               else "INFEASIBLE")
     lines += _kv("verdict", f"{verdict}; bottleneck: {est.bottleneck}; exposed comm {_pct(est.comm_ratio)} of step")
     for r in est.reasons:
         lines += _wrap(f"- {r}", indent=" " * (LABEL + 2), first=" " * LABEL)
@@ -241,7 +242,7 @@ def format_table(est, cluster, model, headroom: float, overrides: Sequence[str] 
     lines.append(f"  at capacity: reserved {m.reserved_at_capacity_gib:.2f} (the allocator frees "
                  f"{m.releasable_slack_gib:.2f} of cached")
     lines.append("  segments before failing); peak = it + outside the allocator: judged on")
-    fits = "fits" if est.feasible else "DOES NOT FIT"
+    fits = "fits" if est.feasible else ("TIGHT: fits the device only" if est.fits_device else "DOES NOT FIT")
     lines.append(
         f"  usable {m.usable_gib:.2f} of capacity {m.capacity_gib:.2f} (headroom {_pct(headroom, 0)}): "
         f"{fits}, {m.usable_gib - m.peak_gib:+.2f} spare"

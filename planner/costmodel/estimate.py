@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from plan_search.hardware.overrides import apply_overrides
 from plan_search.hardware.profiles import for_framework
@@ -117,6 +117,8 @@ class Estimate(_Doc):
     hfu: float
     flops_convention: str
     feasible: bool
+    fits_device: bool = Field(description="the peak fits the GPU's whole memory (no headroom): a plan that is "
+                              "not feasible but fits the device is tight, not out of memory")
     bottleneck: str
     reasons: list[str]
     comm_ratio: float
@@ -135,7 +137,7 @@ class Estimate(_Doc):
         row.update({k: plan[k] for k in plan if k != "num_gpus"})
         row["grad_accum"] = self.plan.grad_accum
         for k in ("params", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu",
-                  "hardware_tflops_per_gpu", "mfu", "hfu", "feasible", "bottleneck", "comm_ratio", "power_kw"):
+                  "hardware_tflops_per_gpu", "mfu", "hfu", "feasible", "fits_device", "bottleneck", "comm_ratio", "power_kw"):
             row[k] = d[k]
         row["reasons"] = "; ".join(d["reasons"])
         for k, v in d["memory"].items():
@@ -295,7 +297,14 @@ def pack(m: ModelSpec, c: ClusterSpec, p: Plan, r: dict, i: int, tokens: float |
     )
     feasible = bool(r["fits"][i])
     reasons = []
-    if not feasible:
+    fits_device = memory.peak_gib <= memory.capacity_gib
+    if not feasible and fits_device:
+        reasons.append(
+            f"memory: tight, not out of memory: peak {memory.peak_gib:.1f} GiB on the {memory.worst_stage} stage "
+            f"fits the {memory.capacity_gib:.1f} GiB of {c.gpu.name} but not the usable {memory.usable_gib:.1f} GiB "
+            f"the memory headroom keeps for the model's error (memory_headroom 0 judges on the device alone)"
+        )
+    elif not feasible:
         reasons.append(
             f"memory: peak {memory.peak_gib:.1f} GiB on the {memory.worst_stage} stage exceeds the usable "
             f"{memory.usable_gib:.1f} GiB of {c.gpu.name}"
@@ -331,6 +340,7 @@ def pack(m: ModelSpec, c: ClusterSpec, p: Plan, r: dict, i: int, tokens: float |
         hfu=g(r["hfu"]),
         flops_convention=FLOPS_CONVENTION,
         feasible=feasible,
+        fits_device=fits_device,
         bottleneck=str(r["bottleneck"][i]),
         reasons=reasons,
         comm_ratio=g(r["comm_ratio"]),
