@@ -51,7 +51,7 @@ def _megatron_profiles() -> Mapping[str, Mapping[str, Any]]:
     f = resources.files("plan_search.hardware").joinpath(PROFILES_RESOURCE)
     if not f.is_file():
         return MappingProxyType({})
-    doc = parse_document(f.read_text(encoding="utf-8"), f"efficiency profiles {PROFILES_RESOURCE}") or {}
+    doc = parse_document(f.read_text(encoding="utf-8"), f"efficiency profiles {PROFILES_RESOURCE}", fast=True) or {}
     out = {}
     for name, profs in (doc.get("systems") or {}).items():
         if isinstance(profs, dict) and isinstance(profs.get("megatron"), dict):
