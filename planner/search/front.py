@@ -1268,9 +1268,14 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
         table = full.take(keep)
         node_sizes = np.array([s.cluster.node.gpus_per_node for s in systems], dtype=np.int64)
         rec, cap, proven_rec, rec_solves = pick_cpsat(table, rule, key, req, labels, node_sizes, deadline)
-        front_rows, proven_front, solves = cpsat_front(table, req, labels, node_sizes, deadline)
+        # the walk's model holds the table's non-dominated rows only (the others can never be a step of
+        # it: each step is a non-dominated row, see the module docstring); its objective ranks, limits and
+        # proof are the same, on ~2/3 of the rows
+        sky = np.asarray(exhaustive_front(table), dtype=np.int64)
+        walk, proven_front, solves = cpsat_front(table.take(sky), req, labels, node_sizes, deadline)
+        front_rows = [int(sky[i]) for i in walk]
         if not front_rows and len(table):  # the limit stopped the walk before its first point:
-            front_rows = exhaustive_front(table)  # the skyline of the same table (the front the walk finds)
+            front_rows = sky.tolist()  # the skyline of the same table (the front the walk finds)
         solves += rec_solves
         proven = proven_rec and proven_front
         if rec is None:  # time limit before any solution: the same rule applied to the table directly
