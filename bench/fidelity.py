@@ -4,6 +4,7 @@ complete configuration (``planner/published_runs.csv`` and the dense rows of
 
     python bench/fidelity.py             # built-in efficiencies (catalog + hardware/efficiency_profiles.yaml)
     python bench/fidelity.py --loso      # + leave-one-source-out: refit without a source, predict it
+    python bench/fidelity.py --loso-source torchtitan-2024-12   # one held-out unit only (per row)
     python bench/fidelity.py --refit     # refit every profile on all rows first (what the built-in values came from)
     python bench/fidelity.py --refit --write-profiles   # write the torchtitan/deepspeed profiles
     python bench/fidelity.py --refit --write-catalog    # write the megatron profile into hardware/catalog.yaml
@@ -47,15 +48,21 @@ import numpy as np
 import yaml
 
 from plan_search.hardware.catalog import get_cluster
-from plan_search.hardware.profiles import PROFILES_FILE, for_framework
+from plan_search.hardware.profiles import FA2_OVER_CUDNN, FAMILY_STRUCTURE, PROFILES_FILE, family_prior, for_framework
 from plan_search.hardware.spec import EfficiencySpec
 from plan_search.planner.calibration import (MIN_ROWS_FOR_ALL_TERMS, _relevant_terms, error_summary,
                                              fit_efficiency, load_all_runs, predict)
 
 REFERENCE = "h100-sxm"
 #: Systems that reuse the fit of another system's chip (same compute die and clocks).
-SIBLINGS = {"a100-80gb": ["a100-40gb"], "h100-sxm": ["h200"]}
+SIBLINGS = {"a100-80gb": ["a100-40gb"], "h100-sxm": ["h200", "h100-96gb-500w"]}
 CATALOG = Path(__file__).resolve().parents[1] / "hardware" / "catalog.yaml"
+#: Terms the torchtitan fit moves from its family prior (the rest: the prior's), each a kernel or
+#: overlap mechanism of its own: its GEMMs (torchao Float8 through torch._scaled_mm, compiled),
+#: and its AsyncTP (SymmetricMemory micro-pipelining, not TE's userbuffers). Its attention kernel
+#: (FlashAttention-2 where TE runs cuDNN) is a sourced ratio of the family prior, not fitted
+#: (hardware.profiles.FA2_OVER_CUDNN).
+TORCHTITAN_TERMS = ["gemm_eff_max", "tp_overlap"]
 FLOORS = {"median": 0.05, "p90": 0.12, "source_median": 0.08, "loso_median": 0.10}
 
 
@@ -69,7 +76,7 @@ _CACHE: dict = {}
 def _fit(recs, cluster, iters, terms=None, prior=None):
     """fit_efficiency, memoised on (rows, system, terms, prior): a leave-one-out refit whose rows
     and prior did not change reuses the fit (same inputs, same deterministic result)."""
-    key = (tuple(sorted(r.index for r in recs)), cluster.name, cluster.efficiency.model_dump_json(),
+    key = (tuple(sorted((r.index, r.measured_step_s) for r in recs)), cluster.name, cluster.efficiency.model_dump_json(),
            tuple(terms) if terms else None, prior.model_dump_json() if prior else None, iters)
     if key not in _CACHE:
         _CACHE[key] = fit_efficiency(recs, cluster, terms=terms, iters=iters, prior=prior)
@@ -110,16 +117,17 @@ def fit_all(records, iters: int = 300, systems=()) -> tuple[dict, dict]:
         recs = by.get((g, "torchtitan"), [])
         if not recs:
             continue
-        prior = fits.get((g, "megatron"), ref)
-        terms = _relevant_terms(recs) + ["attention_eff"] if len(recs) >= MIN_ROWS_FOR_ALL_TERMS else None
+        prior = family_prior(fits.get((g, "megatron"), ref), "torchtitan")
+        terms = TORCHTITAN_TERMS if len(recs) >= MIN_ROWS_FOR_ALL_TERMS else ["gemm_eff_max"]
         fits[(g, "torchtitan")] = _fit(recs, get_cluster(g), iters, terms=terms, prior=prior)
-        saw[(g, "torchtitan")] = (terms or ["gemm_eff_max"], _rows(recs), f"{g} megatron fit")
+        saw[(g, "torchtitan")] = (terms, _rows(recs), f"the torchtitan family prior (compiled kernel fusion, attention_eff x "
+                                                     f"{FA2_OVER_CUDNN} FlashAttention-2/cuDNN) on the {g} megatron fit")
     # 4. deepspeed: flat ZeRO-3 collectives, kernel efficiency and ZeRO-3 bandwidth fitted
     for g in systems:
         recs = by.get((g, "deepspeed"), [])
         if not recs:
             continue
-        prior = fits.get((g, "megatron"), ref).model_copy(update={"zero3_flat": True})
+        prior = family_prior(fits.get((g, "megatron"), ref), "deepspeed")
         fits[(g, "deepspeed")] = _fit(recs, get_cluster(g), iters, terms=["gemm_eff_max", "zero3_bw_eff"],
                                       prior=prior)
         saw[(g, "deepspeed")] = (["gemm_eff_max", "zero3_bw_eff"], _rows(recs), f"{g} megatron fit, zero3_flat")
@@ -137,10 +145,8 @@ def cluster_of(rec, fits: dict | None):
     if fits is None:
         return for_framework(base, None if rec.profile == "megatron" else rec.profile)
     spec = fits.get((rec.gpu, rec.profile))
-    if spec is None:  # the profile's rows were held out: the recipe's prior, the system's megatron fit
-        spec = fits[(rec.gpu, "megatron")]
-        if rec.profile == "deepspeed":
-            spec = spec.model_copy(update={"zero3_flat": True})
+    if spec is None:  # the profile's rows were held out: its family prior on the system's megatron fit
+        spec = family_prior(fits[(rec.gpu, "megatron")], rec.profile)
     return base.model_copy(update={"efficiency": spec})
 
 
@@ -169,11 +175,54 @@ def loso_unit(rec) -> str:
     return f"{rec.group}@blackwell" if black else rec.group
 
 
+#: torchtitan 2024-12 benchmark Tables 1 and 3 (Llama 3.1 8B, FSDP, LBS 2, bf16, selective op AC):
+#: TPS/GPU eager and torch.compile'd on 8 and 128 GPUs (benchmarks/llama3_h100_202412_torchtitan.md
+#: @820504e20). Not rows of the fits: their op-level selective AC is no plan of this planner, but the
+#: eager/compiled ratio is insensitive to it (the planner's selective and full recomputation bound it).
+EAGER_TABLES = [("Table 1", 8, 16, 5762, 6667), ("Table 3", 128, 256, 5605, 6514)]
+
+
+def eager_check(fits: dict | None = None) -> None:
+    """Predicted eager/compiled throughput ratio of the torchtitan tables against the measured one:
+    the eager profile differs from the compiled one only by its unfused element-wise bytes."""
+    import plan_search as ps
+
+    print("\ntorchtitan eager vs torch.compile (structural: unfused element-wise bytes, no fitted term), "
+          "Llama 3.1 8B bf16 FSDP on h100-96gb-500w")
+    comp_c = cluster_of(type("R", (), {"gpu": "h100-96gb-500w", "profile": "torchtitan"})(), fits)
+    eag_c = comp_c.model_copy(update={"efficiency": comp_c.efficiency.model_copy(
+        update=FAMILY_STRUCTURE["torchtitan-eager"])})
+    for table, n, gb, eager_tps, compiled_tps in EAGER_TABLES:
+        out = []
+        for rc in ("selective", "full"):
+            kw = dict(num_gpus=n, zero=3, micro_batch=2, global_batch=gb, seq_len=8192, recompute=rc,
+                      precision="bf16", reshard_after_forward=True)
+            comp = ps.estimate("llama3.1-8b", comp_c, **kw).step_time_s
+            eag = ps.estimate("llama3.1-8b", eag_c, **kw).step_time_s
+            out.append(f"{rc} {comp / eag:.3f}")
+        print(f"  {table} ({n} GPUs): measured eager/compiled TPS {eager_tps / compiled_tps:.3f}; predicted "
+              f"({', '.join(out)} recomputation)")
+
+
+def loso_predict(records, unit: str, iters: int = 300):
+    """Held-out rows of ``unit`` and their predictions by profiles refitted on the other rows only
+    (:func:`fit_all`, same recipe; the held-out rows are asserted absent from every fit)."""
+    test = [r for r in records if loso_unit(r) == unit]
+    train = [r for r in records if loso_unit(r) != unit]
+    f, saw = fit_all(train, iters=iters, systems={r.gpu for r in records})
+    held = {r.index for r in test}
+    for k, (_, rows, _) in saw.items():
+        assert not held & {int(i) for i in rows.split(",") if i}, f"{k} saw held-out rows"
+    return test, [predict(r, cluster_of(r, f)) for r in test]
+
+
 def write_profiles(fits: dict, saw: dict) -> None:
-    doc = {"about": ("Kernel-efficiency profiles per framework (hardware/profiles.py), written by "
-                     f"python bench/fidelity.py --refit --write-profiles on {datetime.date.today()}; "
-                     "each entry's source names the rows it was fitted on. The megatron profile is the "
-                     "catalog's efficiency block of each system (hardware/catalog.yaml)."),
+    doc = {"about": ("Kernel-efficiency profiles per framework (hardware/profiles.py). torchtitan/deepspeed "
+                     "entries: python bench/fidelity.py --refit --write-profiles; megatron entries: python "
+                     "bench/moe_fidelity.py --refit --write, laid over the catalog's efficiency block of the "
+                     "system (hardware/catalog.py: each term listed replaces the catalog's). Each entry's source "
+                     "names the rows each fitted term saw (row numbers: planner/runs_2026_12.csv data rows from "
+                     "0, +1000)."),
            "systems": {}}
     default = EfficiencySpec().model_dump()
     old = yaml.safe_load(PROFILES_FILE.read_text(encoding="utf-8")) if PROFILES_FILE.is_file() else {}
@@ -220,6 +269,9 @@ def write_catalog(fits: dict, only: list[str]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--loso", action="store_true", help="leave-one-source-out refits")
+    ap.add_argument("--loso-source", action="append", metavar="UNIT", default=[],
+                    help="leave-one-source-out for this held-out unit only (repeatable; e.g. torchtitan-2024-12, "
+                         "megatron-bridge@blackwell); implies --loso")
     ap.add_argument("--refit", action="store_true", help="refit every profile on all rows first")
     ap.add_argument("--quiet", action="store_true", help="no per-row table")
     ap.add_argument("--iters", type=int, default=300, help="Nelder-Mead iterations per fit")
@@ -287,21 +339,34 @@ def main() -> int:
     print(f"floors (median <= 5%, p90 <= 12%, each source's median <= 8%): {'MET' if ok else 'NOT MET'} "
           f"(median {100 * ov['median']:.1f}%, p90 {100 * ov['p90']:.1f}%, worst source {100 * worst:.1f}%)")
 
+    units = sorted({loso_unit(r) for r in records})
+    if args.loso_source:
+        unknown = [u for u in args.loso_source if u not in units]
+        if unknown:
+            print(f"loso-source: unknown unit {unknown[0]!r}; use one of {', '.join(units)}", file=sys.stderr)
+            return 2
+        units, args.loso = sorted(set(args.loso_source)), True
     if args.loso:
         print("\nLeave-one-source-out: refit every profile without the unit's rows (same recipe), predict them")
         print(f"{'held out':34s} {'n':>3s} {'median':>8s} {'p90':>8s} {'signed median':>14s}")
         worst = 0.0
-        for u in sorted({loso_unit(r) for r in records}):
-            test = [r for r in records if loso_unit(r) == u]
-            train = [r for r in records if loso_unit(r) != u]
-            f, _ = fit_all(train, iters=args.iters, systems={r.gpu for r in records})
-            lp = [predict(r, cluster_of(r, f)) for r in test]
+        held = []
+        for u in units:
+            test, lp = loso_predict(records, u, iters=args.iters)
+            held += lp
+            if args.loso_source:
+                for p in lp:
+                    print(f"    {p.record.index:4d} {p.record.label[:34]:34s} {p.record.gpu:12s} "
+                          f"{p.record.measured_step_s:8.3f} {p.predicted_step_s:8.3f} {100 * p.error:+6.1f}%  "
+                          f"{p.plan.label}")
             s = error_summary(lp)
             worst = max(worst, s["median"])
             print(f"{u:34s} {s['n']:3d} {100 * s['median']:7.1f}% {100 * s['p90']:7.1f}% "
                   f"{100 * float(np.median([p.error for p in lp])):+13.1f}%", flush=True)
         print(f"leave-one-source-out floor (each held-out median <= 10%): {'MET' if worst <= FLOORS['loso_median'] else 'NOT MET'}"
               f" (worst {100 * worst:.1f}%)")
+        summarize(held, "Leave-one-source-out, the held-out predictions per GPU type", lambda r: r.gpu)
+    eager_check(fits)
     print(f"\n(total {time.perf_counter() - t0:.0f} s)")
     if not args.no_memory:
         mem = Path(__file__).with_name("memory_fidelity.py")

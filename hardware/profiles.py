@@ -11,8 +11,16 @@ per (system, framework):
 - ``torchtitan`` (compiled) and ``deepspeed``: fitted on the published runs of that framework
   (``python bench/fidelity.py --refit --write-profiles``), kept in ``efficiency_profiles.yaml``
   next to this file with the rows each fit saw.
-- ``torchtitan-eager``: the compiled profile with its kernel efficiencies (GEMM, attention,
-  memory-bound) scaled by :data:`EAGER_OVER_COMPILED`.
+- ``torchtitan-eager``: the compiled profile with ``kernel_fusion="eager"``: every element-wise
+  op between the GEMMs is its own memory-bound pass (bytes counted from torchtitan's model code in
+  ``planner.costmodel.compute.unfused_membound_fwd_bytes``); the measured eager/compiled
+  throughput ratio :data:`EAGER_OVER_COMPILED` checks it (bench/fidelity.py), it is not applied.
+
+A framework's *family prior* (:func:`family_prior`) is what the profile of a framework with no
+rows of its own is: the system's Megatron profile (the hardware terms fitted on other frameworks'
+runs) with the framework's structural terms (:data:`FAMILY_STRUCTURE`: how it fuses element-wise
+work, how its ZeRO-3 collectives run). The fits of ``bench/fidelity.py`` start from it and move
+only a few terms.
 
 A system without a profile of its own for a framework takes the reference system's profile
 relative to the reference's Megatron profile (:data:`REFERENCE_SYSTEM`): ratios for the kernel
@@ -39,9 +47,54 @@ PROFILES = ("megatron", "torchtitan", "torchtitan-eager", "deepspeed")
 #: bf16, selective AC): 5,762 / 6,667 TPS/GPU on 8 H100s (Table 1) and 5,605 / 6,514 on 128
 #: (Table 3) of pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md @ 820504e20; the
 #: mean of the two ratios (0.864, 0.860). No eager row has a complete configuration in the runs
-#: files (their selective AC is torchtitan's op-level SAC, not a plan of this planner), so this
-#: ratio, not a fit, separates the eager profile from the compiled one.
+#: files (their selective AC is torchtitan's op-level SAC, not a plan of this planner): the ratio
+#: is the check of the eager profile's structural bytes (``bench/fidelity.py`` prints the predicted
+#: ratio next to it), not a factor applied to it.
 EAGER_OVER_COMPILED = round((5762 / 6667 + 5605 / 6514) / 2, 4)
+#: Structural terms of each framework family: what its kernels and collectives are, from its code,
+#: never fitted. torchtitan (compiled, the default of its benchmarks): torch.compile per block
+#: (parallelize_llama.apply_compile @9dec370); deepspeed: ZeRO-3 per-module flat collectives.
+FAMILY_STRUCTURE = {"megatron": {}, "torchtitan": {"kernel_fusion": "compiled"},
+                    "torchtitan-eager": {"kernel_fusion": "eager"}, "deepspeed": {"zero3_flat": True}}
+
+#: Attention kernels: torchtitan runs SDPA's flash backend, FlashAttention-2 (under context
+#: parallelism forced: torchtitan/utils.py get_train_context @9dec370 enters
+#: sdpa_kernel([FLASH_ATTENTION, EFFICIENT_ATTENTION]), "TODO: support cuDNN backend"); Megatron
+#: with Transformer Engine runs cuDNN's fused attention on Hopper. Their throughput ratio on H100
+#: SXM5, head dim 128, seq 16K (Shah et al. 2024, FlashAttention-3, figures "Attention forward /
+#: backward speed, head dim 128"): FlashAttention-2 370 / 322 TFLOP/s, cuDNN 595 / 516, weighted
+#: by the backward's 2.5x work (planner.costmodel.compute.FA_BACKWARD_RATIO).
+FA2_OVER_CUDNN = round((1 / 595 + 2.5 / 516) / (1 / 370 + 2.5 / 322), 4)
+#: Kernel-efficiency ratios of a framework family to Megatron/TE's (multiplying the megatron terms).
+FAMILY_KERNEL_RATIO = {"torchtitan": {"attention_eff": FA2_OVER_CUDNN},
+                       "torchtitan-eager": {"attention_eff": FA2_OVER_CUDNN}}
+
+#: Static (leakage + idle) power assumed under a power limit: typical idle draw of an H100 SXM
+#: (assumption, not a datasheet figure).
+POWER_STATIC_W = 70.0
+
+
+def power_limited_clock_ratio(limit_w: float, tdp_w: float, static_w: float = POWER_STATIC_W) -> float:
+    """Sustained SM clock at a power limit over the clock at the TDP, for tensor-core-bound work
+    that draws the full TDP: dynamic power ``P - P_static ~ C V^2 f`` with the voltage scaling
+    with the clock in the DVFS range, so ``f ~ (P - P_static)^(1/3)`` (the CMOS cube law; an
+    assumption for this GPU, not a measurement). 1.0 at or above the TDP; never above 1."""
+    if limit_w >= tdp_w:
+        return 1.0
+    return max(0.0, (limit_w - static_w) / (tdp_w - static_w)) ** (1.0 / 3.0)
+
+
+def family_prior(megatron: EfficiencySpec, name: str) -> EfficiencySpec:
+    """The profile ``name`` of a system whose Megatron profile is ``megatron``, before any row of
+    that framework: the hardware terms as fitted on the other frameworks, the framework's
+    structural terms (:data:`FAMILY_STRUCTURE`)."""
+    ratios = FAMILY_KERNEL_RATIO.get(name, {})
+    kernels = {t: getattr(megatron, t) * r for t, r in ratios.items()}
+    what = {**FAMILY_STRUCTURE.get(name, {}), **{f"{t} x": r for t, r in ratios.items()}}
+    return megatron.model_copy(update={**FAMILY_STRUCTURE.get(name, {}), **kernels, "source": (
+        f"{name} family prior: structural terms {what or 'none'} on the megatron profile ({megatron.source})")})
+
+
 #: Terms that are kernel efficiencies (scaled for eager, carried as ratios to other systems).
 KERNEL_TERMS = ("gemm_eff_max", "attention_eff", "bmm_attention_eff", "hbm_eff")
 REFERENCE_SYSTEM = "h100-sxm"
@@ -73,10 +126,9 @@ def load_profiles() -> dict[str, dict[str, EfficiencySpec]]:
 
 
 def _eager(spec: EfficiencySpec) -> EfficiencySpec:
-    upd = {t: getattr(spec, t) * EAGER_OVER_COMPILED for t in KERNEL_TERMS}
-    return spec.model_copy(update={**upd, "source": f"torchtitan eager = compiled x {EAGER_OVER_COMPILED} on "
-                                   f"{', '.join(KERNEL_TERMS)} (torchtitan 2024-12 benchmark Tables 1 and 3); "
-                                   f"compiled: {spec.source}"})
+    return spec.model_copy(update={**FAMILY_STRUCTURE["torchtitan-eager"], "source": (
+        "torchtitan eager = the compiled profile with kernel_fusion eager (unfused element-wise passes, "
+        f"planner.costmodel.compute.unfused_membound_fwd_bytes); compiled: {spec.source}")})
 
 
 def profile_for(cluster: ClusterSpec, name: str) -> EfficiencySpec:
@@ -89,17 +141,21 @@ def profile_for(cluster: ClusterSpec, name: str) -> EfficiencySpec:
     own = table.get(cluster.name, {}).get(name)
     if own is not None:
         return own
-    ref = table.get(REFERENCE_SYSTEM, {}).get(name)
-    if ref is None:
-        return cluster.efficiency
+    # the reference system's profile, else that of the first system with one (the torchtitan
+    # rows ran on h100-96gb-500w, whose power-limit derating is in its catalog peaks)
+    carry = REFERENCE_SYSTEM if name in table.get(REFERENCE_SYSTEM, {}) else next(
+        (sys for sys in sorted(table) if name in table[sys]), None)
+    if carry is None:
+        return family_prior(cluster.efficiency, name)
+    ref = table[carry][name]
     from plan_search.hardware.catalog import get_cluster
 
-    ref_base = get_cluster(REFERENCE_SYSTEM).efficiency
+    ref_base = get_cluster(carry).efficiency
     upd = {t: min(1.0, getattr(cluster.efficiency, t) * getattr(ref, t) / getattr(ref_base, t)) for t in KERNEL_TERMS}
     keep = {k: v for k, v in ref.model_dump().items() if k not in KERNEL_TERMS and k != "source"}
     return cluster.efficiency.model_copy(update={
-        **keep, **upd, "source": f"{name} profile of {REFERENCE_SYSTEM} carried to {cluster.name}: kernel "
-        f"efficiencies as ratios to {REFERENCE_SYSTEM}'s megatron profile, the rest as fitted ({ref.source})"})
+        **keep, **upd, "source": f"{name} profile of {carry} carried to {cluster.name}: kernel "
+        f"efficiencies as ratios to {carry}'s megatron profile, the rest as fitted ({ref.source})"})
 
 
 def for_framework(cluster: ClusterSpec, framework: str | None, compiled: bool = True) -> ClusterSpec:

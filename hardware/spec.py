@@ -196,6 +196,10 @@ class EfficiencySpec(_Frozen):
     grouped_gemm_eff: float = Field(default=0.889, gt=0, le=1)
     ep_overlap: float = Field(default=0.274, ge=0, le=1)
     moe_membound_eff: float = Field(default=0.378, gt=0, le=1)
+    kernel_fusion: Literal["fused", "compiled", "eager"] = Field(
+        default="fused", description="how the framework runs the element-wise ops between GEMMs: fused "
+        "(Transformer Engine / Megatron kernels), compiled (torch.compile, one Inductor kernel per chain), "
+        "eager (PyTorch ops, one memory-bound pass each): planner.costmodel.compute.unfused_membound_fwd_bytes")
     zero3_flat: bool = Field(
         default=False, description="ZeRO-3 collectives as flat per-module rings, each GPU's whole traffic over its "
         "NIC once the shard group leaves the NVLink domain (DeepSpeed ZeRO-3 as Narayanan et al. 2021 Table 2 "

@@ -118,10 +118,11 @@ _FLOP_CONVENTION = {
 }
 
 #: CSV GPU name -> catalog system (first match wins: GB200 before B200). A row whose system is
-#: not in the catalog is skipped. The torchtitan rows' "H100-96GB-HBM2e (500 W)" parts map to
-#: h100-sxm: same GH100 die; their lower clocks are left to the torchtitan efficiency fit.
+#: not in the catalog is skipped. The torchtitan rows' "H100-96GB-HBM2e (500 W)" parts are their
+#: own catalog entry, h100-96gb-500w (same GH100 die, 2.4 TB/s HBM2e, clocks derated for the 500 W
+#: limit: hardware/catalog.yaml).
 _GPU_NAMES = [(r"A100.*80", "a100-80gb"), (r"A100.*40", "a100-40gb"), (r"H100.*PCIe", "h100-pcie"),
-              (r"H100", "h100-sxm"), (r"H200", "h200"), (r"H800", "h800"), (r"GB300", "gb300-nvl72"),
+              (r"H100.*96\s*GB.*500\s*W", "h100-96gb-500w"), (r"H100", "h100-sxm"), (r"H200", "h200"), (r"H800", "h800"), (r"GB300", "gb300-nvl72"),
               (r"GB200", "gb200-nvl72"), (r"B300", "b300"), (r"B200", "b200"), (r"V100", "v100-32gb"),
               (r"MI300X", "mi300x")]
 
@@ -289,8 +290,11 @@ def _candidates(row: dict, model: ModelSpec, conv: dict, n: int) -> tuple[list[P
     zero_raw = (row.get("zero_stage") or "").strip().upper()
     conv = dict(conv)
     prec_raw = (row.get("precision") or "").strip().lower()
+    titan = (row.get("framework") or "").strip().lower() == "torchtitan"
     if prec_raw:  # runs_2026_12.csv prints the recipe per row; it overrides the source's convention
-        conv["precision"] = prec_raw
+        # torchtitan's Float8 is torchao's dynamic (per-tensor, current) scaling: "only dynamic
+        # tensor scaling (the default) is supported" (torchtitan/float8.py @9dec370)
+        conv["precision"] = "fp8-current" if titan and prec_raw == "fp8" else prec_raw
     if zero_raw == "FSDP":
         conv["zero"] = 3
     elif zero_raw:
@@ -306,7 +310,6 @@ def _candidates(row: dict, model: ModelSpec, conv: dict, n: int) -> tuple[list[P
     if re.search(r"AsyncTP", said):
         conv["overlap_tp_comm"] = True
     interleaved = bool(re.search(r"Interleaved 1F1B", said, re.I))
-    titan = (row.get("framework") or "").strip().lower() == "torchtitan"
     plain_1f1b = bool(re.search(r"\b1F1B\b", said)) and not interleaved
     cp = cp or 1
     tps = [tp] if tp else [t for t in (1, 2, 4, 8) if model.num_heads % t == 0]
@@ -331,19 +334,23 @@ def _candidates(row: dict, model: ModelSpec, conv: dict, n: int) -> tuple[list[P
         if gb % (d * b):
             continue
         per_stage = -(-model.num_layers // p)
-        vpps = [vpp if vpp else 1] if vpp is not None or p == 1 else [1] + [
-            v for v in (2, 3, 4, 5, 6, 8, 10, 12) if per_stage % v == 0
-        ]
+        # Virtual stages not printed: any number of layers per virtual stage that divides the
+        # stage's layers (Megatron's --num-layers-per-virtual-pipeline-stage, 1 included: the
+        # Megatron-Core weak-scaling models of 92 and 112 layers at pp 4 and 16 have 23 and 7
+        # layers per stage, which only 1 layer per virtual stage interleaves).
+        vpps = [vpp if vpp else 1] if vpp is not None or p == 1 else _divisors(per_stage)
         if plain_1f1b:
             vpps = [1]
         elif interleaved and p > 1:
             vpps = [v for v in vpps if v > 1] or vpps
         if titan and p > 1 and vpp is None:
             # torchtitan @9dec370 (2024-12): looped schedules place 2 stages per rank
-            # (generate_split_points), and the micro-batches default to the number of stages
-            # (pipeline_parallel_microbatches unset): micro_batch = local batch / stages.
+            # (pipelining_utils.py: num_stages_per_rank = 2), and the micro-batches default to the
+            # pipeline degree, not the number of stages (pipelining_utils.py build_pipeline_schedule:
+            # n_microbatches = pipeline_parallel_degree when pipeline_parallel_microbatches is unset):
+            # micro_batch = local batch / pp.
             vpps = [2 if interleaved else 1]
-            if not mb and (gb // d) % (p * vpps[0]) == 0 and b != (gb // d) // (p * vpps[0]):
+            if not mb and (gb // d) % p == 0 and b != (gb // d) // p:
                 continue
         for v in vpps:
             v = v if p > 1 else 1
@@ -356,9 +363,14 @@ def _candidates(row: dict, model: ModelSpec, conv: dict, n: int) -> tuple[list[P
                 if edge <= 1 or edge % 2:
                     continue
                 split = dict(first_stage_layers=edge // 2, last_stage_layers=edge // 2)
+            extra = {}
+            if titan and conv.get("zero") == 3:
+                # torchtitan's FSDP2 default: reshard_after_forward = not pp_enabled
+                # (planner/frameworks/rules.py with_defaults, parallelize_llama.apply_fsdp @9dec370)
+                extra["reshard_after_forward"] = p == 1
             try:
                 plan = Plan(num_gpus=n, tp=t, pp=p, cp=cp, vpp=v, micro_batch=b, global_batch=gb,
-                            seq_len=seq, recompute=r, **split, **conv)
+                            seq_len=seq, recompute=r, **split, **conv, **extra)
                 plan.check_against(model)
             except (ValueError, InputError):
                 continue

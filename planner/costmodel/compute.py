@@ -198,6 +198,46 @@ def layer_membound_fwd_bytes(model: ModelSpec, x: PlanArrays):
     return replicated + act + rotary + softmax + lowp_cast_bytes(model, x)
 
 
+def unfused_membound_fwd_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
+    """Element-wise bytes a framework moves beyond the fused kernels :func:`layer_membound_fwd_bytes`
+    counts (Transformer Engine / Megatron: RMSNorm read+write, fused RoPE and SwiGLU, GQA without
+    copies), per layer, forward, one micro-batch, one GPU; by ``efficiency.kernel_fusion``:
+
+    - ``fused``: none.
+    - ``compiled`` (torch.compile of each block, torchtitan): Inductor fuses each element-wise chain
+      into one kernel, as TE does, but the GQA keys and values are expanded to all heads before SDPA
+      (torchtitan ``repeat_kv``: ``expand().reshape()`` copies): values read ``2 kv``, write ``2 q``;
+      keys write ``2 q`` instead of ``2 kv`` in the fused RoPE kernel: ``4 q`` bytes per token.
+    - ``eager`` (PyTorch ops, each a pass over HBM; torchtitan @9dec370 models/llama/model.py and
+      models/norms.py): per RMSNorm ``x.float()`` (read 2h, write 4h), ``pow(2)`` (4h, 4h),
+      ``mean`` (4h), ``x * rsqrt`` (4h, 4h), ``type_as`` (4h, 2h), ``* weight`` (2h, 2h): 36h
+      bytes where the fused kernel moves 4h (two norms: +64h); RoPE on q and k
+      (``apply_rotary_emb``): ``float()`` 6, complex multiply 8, ``type_as`` 6 = 20 bytes per element
+      where the fused kernel moves 4 (+16 (q + kv)); ``repeat_kv`` copies of keys and values
+      (+4 (q + kv) with GQA); SwiGLU ``silu`` (read 2f, write 2f) then the product (4f, 2f) = 10f
+      where the fused kernel moves 6f (+4f). Residual adds are one kernel either way. Models with
+      LayerNorm or GELU (single ATen kernels) add none for those. The Float8 casts of an eager
+      torchao run are priced as the compiled ones (no eager Float8 run in the calibration data).
+    Sequence parallelism splits the norm region over ``tp`` as in :func:`layer_membound_fwd_bytes`."""
+    mode = cluster.efficiency.kernel_fusion
+    T = tokens_per_gpu(x)
+    if mode == "fused":
+        return np.zeros_like(T)
+    m = model
+    t = x.tp.astype(float)
+    q = m.num_heads * m.head_dim
+    kv = m.num_kv_heads * m.head_dim
+    gqa = m.num_kv_heads < m.num_heads
+    if mode == "compiled":
+        return (4.0 * q / t * T) if gqa else np.zeros_like(T)
+    norms = 64.0 * m.hidden_size * T if m.norm == "rmsnorm" else np.zeros_like(T)
+    norms = np.where(x.sp, norms / t, norms)
+    rope = 16.0 * (q + kv) / t * T if m.position == "rotary" else 0.0
+    copies = 4.0 * (q + kv) / t * T if gqa else 0.0
+    act = 4.0 * m.ffn_hidden_size / t * T if m.gated else 0.0
+    return norms + rope + copies + act
+
+
 def lowp_cast_bytes(model: ModelSpec, x: PlanArrays):
     """Low-precision recipes quantize every GEMM operand: forward, the inputs of QKV, projection,
     up and down projections; backward, the output gradients (``cast_fwd`` / ``cast_bwd`` bytes per
@@ -265,7 +305,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
     and what recomputation adds (per recomputed layer)."""
     gemm_f = layer_gemm_fwd_s(model, cluster, x)
     attn_f = attention_fwd_s(model, cluster, x)
-    mem_f = hbm_s(layer_membound_fwd_bytes(model, x), cluster)
+    mem_f = hbm_s(layer_membound_fwd_bytes(model, x) + unfused_membound_fwd_bytes(model, cluster, x), cluster)
     attn_b = attn_f * np.where(x.fa, FA_BACKWARD_RATIO, 2.0)
     return {
         "compute_fwd_s": gemm_f + attn_f,
