@@ -305,6 +305,7 @@ def rematerialised_layer_bytes(model: ModelSpec, x: PlanArrays):
     return _layer_bytes(model, x)[2]
 
 
+@experts._last_call  # the same for the three stages (their peaks are priced one after the other)
 def mtp_activation_bytes(model: ModelSpec, x: PlanArrays):
     """What the multi-token-prediction depths store on the stage with the output layer, one micro-batch
     (they run after the last block, in the output stage's post-processing, and their backward runs
