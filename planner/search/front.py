@@ -485,6 +485,11 @@ def solver_parameters(request: SearchRequest, time_left: float):
     s.parameters.random_seed = request.seed
     s.parameters.log_search_progress = False
     s.parameters.catch_sigint_signal = False  # Ctrl-C stays Python's KeyboardInterrupt
+    # The models are one exactly-one over a few dozen Booleans with a linear objective of distinct
+    # ranks: presolve's probing and symmetry detection find nothing to use and cost ~40% of each
+    # solve (GPT-3 175B's 67-solve walk: 17.4 -> 10.8 ms CPU); the optimum (unique) is unchanged.
+    s.parameters.cp_model_probing_level = 0
+    s.parameters.symmetry_level = 0
     return s
 
 
