@@ -7,8 +7,11 @@ Pipeline (one copy of every formula: candidates are priced only by
 1. **Enumerate** every valid candidate per GPU type (:func:`planner.space.enumerate_space`),
    all GPU counts and global batches at once.
 2. **Evaluate** them in large numpy batches (chunks of :data:`EVAL_CHUNK` rows: a cost-model call
-   has ~1 ms of fixed cost, and much larger chunks fall out of the cache), memory first, keeping
-   the columns the search needs.
+   has ~1 ms of fixed cost, and much larger chunks fall out of the cache), keeping the columns the
+   search needs. Memory first: every candidate's peak memory is priced, and only those that fit
+   are timed (:func:`evaluate_columns`); the "memory binds" flag of a front point, which needs
+   the fastest plan of its GPU count that does not fit, times those a round at a time until one
+   beats the point (:func:`binding_days`; ``LAZY_BINDING`` off times them all, same answer).
 3. **Mask** what breaks a constraint: memory over ``capacity * (1 - headroom)`` (evaluate's
    ``fits``), ``comm_ratio > max_comm_ratio``, ``days > deadline_days``, ``cost_usd >
    budget_usd``, ``power_kw > max_power_kw``, GPU counts outside the bounds.
@@ -42,7 +45,8 @@ Pipeline (one copy of every formula: candidates are priced only by
    {0}) and solve again, hinted with the previous optimum, until infeasible. Each optimum is
    non-dominated (a dominating candidate would either come first in the key or have been cut
    by a point that then dominates this one too), so the walk takes one solve per front point
-   plus one. The time limit (``time_limit_s``, from the start of the search) stops the
+   plus one; its model therefore holds only the table's non-dominated rows (the recommended
+   pick's model keeps the whole table). The time limit (``time_limit_s``, from the start of the search) stops the
    evaluation between chunks and the walk between solves; what was found so far is returned
    with ``proven_optimal = False``.
 
