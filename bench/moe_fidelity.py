@@ -191,7 +191,9 @@ def _row_candidates(row: dict, model: ModelSpec, group: str, gpu: str, n: int):
     ep, etp = _int(row["ep"]) or 1, _int(row["etp"])
     assumed = []
     eps = [ep]
-    if re.search(r"EP printed '-'", notes):  # AutoModel's table prints '-': its default, not stated
+    if rec and rec.get("ep"):  # the recipe's ep where the table prints none (AutoModel's '-')
+        eps = [rec["ep"]]
+    elif re.search(r"EP printed '-'", notes):  # AutoModel's table prints '-': its default, not stated
         eps = sorted({e for e in (1, 8, n // (tp * pp * cp)) if model.num_experts % e == 0})
         assumed.append("ep")
     etp = etp or (rec or {}).get("etp")
