@@ -312,3 +312,26 @@ def test_unpermutation_stores_nothing_the_weights_ride_in_the_activation():
     d = _est(m4, **kw).memory.activations_gib - _est(m2, **kw).memory.activations_gib
     h, fe = m2.hidden_size, m2.expert_ffn_hidden_size
     assert d == pytest.approx(m2.num_layers * 4096 * (4 - 2) * (2 * h + 2 * 2 * fe + 2 * fe + 4) / GIB, rel=1e-9)
+
+
+def test_recipe_completion_names_its_source_and_matches_rows():
+    """bench/moe_recipes.yaml: every entry names where it was read (repo@commit path, or the report's
+    section), matches exactly one published MoE row, and says what the planner runs it with."""
+    import csv
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    entries = yaml.safe_load((root / "bench" / "moe_recipes.yaml").read_text(encoding="utf-8"))["entries"]
+    rows = list(csv.DictReader((root / "planner" / "runs_2026_12.csv").read_text(encoding="utf-8").splitlines()))
+    keys = [{"model": r["model"], "gpu": r["gpu"], "num_gpus": int(float(r["num_gpus"])),
+             "version": r["container_or_version"].strip(), "precision": r["precision"].strip()} for r in rows]
+    assert len(entries) >= 50
+    for e in entries:
+        assert re.search(r"[\w-]+/[\w.-]+@[0-9a-f]{40} \S+|arXiv \d{4}\.\d{5}", e["source"]), e["source"]
+        assert sum(k == e["match"] for k in keys) >= 1, e["match"]
+        assert e["recompute"] in ("none", "selective", "full") and e["dispatcher"] in ("alltoall", "flex")
+        assert e["etp"] == 1  # every MoE recipe read sets expert_tensor_parallel_size 1
+    assert sum(e.get("pp_schedule") == "dualpipe" for e in entries) == 1  # DeepSeek-V3's production run
