@@ -1018,8 +1018,11 @@ def _time_until_below(s: System, rows: np.ndarray, g: np.ndarray, below: np.ndar
     rows, gr = rows[keep], gr[keep]
     if not len(rows):
         return True
-    # grouped, the stable order within a group (a radix sort on small group ids)
-    o = np.argsort(gr.astype(np.int16) if len(below) < 2**15 else gr, kind="stable")
+    # grouped; within a group the plans that recompute less first (the likeliest to be faster than a
+    # point that fits: GPT-3 175B's answered groups need ~3,000 plans timed instead of ~9,000 in the
+    # stable order), then the stable order; a radix sort on small keys. Any order gives the same answer.
+    key = gr * 4 + np.clip(s.space.x.recompute[rows], 0, 3)
+    o = np.argsort(key.astype(np.int16) if 4 * len(below) < 2**15 else key, kind="stable")
     rows, gr = rows[o], gr[o]
     starts = np.flatnonzero(np.r_[True, gr[1:] != gr[:-1]])
     ends = np.r_[starts[1:], len(rows)]
