@@ -59,6 +59,8 @@ def _plan_line(p) -> str:
     ]
     if p.ep * p.etp > 1:  # mixture of experts: the expert layout and its dispatcher
         parts += [f"ep{p.ep}", f"etp{p.etp}", p.moe_dispatcher] + (["a2a-overlap"] if p.moe_overlap else [])
+    if p.pp_schedule != "1f1b":
+        parts.append(p.pp_schedule)
     return " ".join(parts)
 
 

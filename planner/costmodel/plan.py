@@ -292,7 +292,7 @@ class Plan(NoBoolNumbers):
         s += f" e{self.ep}" if self.ep > 1 else ""
         s += f" et{self.etp}" if self.etp > 1 else ""
         rc = self.recompute + (f"({self.recompute_layers})" if self.recompute_layers else "")
-        return s + f" mb{self.micro_batch} z{self.zero} {rc}"
+        return s + f" mb{self.micro_batch} z{self.zero} {rc}" + (" dualpipe" if self.pp_schedule == "dualpipe" else "")
 
     @property
     def grad_accum(self) -> int:
