@@ -975,10 +975,11 @@ def binding_days(systems, ms, groups, n_groups, request=None, want=None,
 
     ``below`` (per group, days; -inf for a group nobody reads): the memory figure of group ``g``
     is read only as ``figure < t`` for days ``t >= below[g]`` (the front points of the group).
-    Its over-memory plans are then timed a round at a time (:data:`BIND_ROUND`, in the stable
-    order) until one runs faster than ``below[g]`` -- the figure is then below every such ``t``,
+    Its over-memory plans are then timed a round at a time (:data:`BIND_ROUND`, less recomputation
+    first) until one runs faster than ``below[g]`` -- the figure is then below every such ``t``,
     as the full minimum is -- or every one is timed (the figure is then the full minimum). Each
-    comparison gives what timing them all gives; None: all of them are timed."""
+    comparison gives what timing them all gives; None: all of them are timed. (A plan that fits
+    is no faster than its group's point, the group's fastest feasible plan: it is not timed here.)"""
     out: dict = {"complete": True}
     wanted = np.ones(n_groups, dtype=bool)
     if want is not None:
@@ -1008,8 +1009,9 @@ def binding_days(systems, ms, groups, n_groups, request=None, want=None,
 def _time_until_below(s: System, rows: np.ndarray, g: np.ndarray, below: np.ndarray, request,
                       deadline: float) -> bool:
     """Time ``rows`` (candidates of ``s``; ``g`` their groups) group by group, :data:`BIND_ROUND`
-    of each group first, then eight times more per round, until each group has a timed row
-    faster than ``below`` of its group or none left; False when the deadline stopped it."""
+    of each group first (less recomputation first, then the stable order), then eight times more
+    per round, until each group has a timed row faster than ``below`` of its group or none left;
+    False when the deadline stopped it."""
     days, timed = s.cols["days"], s.cols["timed"]
     hit = np.zeros(len(below), dtype=bool)
     rows = rows[~timed[rows]]
