@@ -79,6 +79,11 @@ PERMUTE_BYTES = 2.0 + 2.0
 #: ``weighted_bias_swiglu_impl``, moe/experts.py@d98e8a64) and un-permutes without probs
 #: (moe/token_dispatcher.py@d98e8a64 ``unpermute(...)`` in the alltoall and flex dispatchers).
 UNPERMUTE_BYTES = 2.0
+#: Rows of one tile of a grouped expert GEMM: each expert's token rows are computed in whole tiles
+#: (DeepGEMM's contiguous-layout grouped GEMM aligns every expert's rows to its M block of 128,
+#: deepseek-ai/DeepGEMM README "get_m_alignment_for_contiguous_layout"; CUTLASS grouped GEMMs run
+#: 128-row tiles on Hopper and Blackwell): few tokens per expert waste up to a tile each.
+GROUPED_GEMM_TILE_M = 128.0
 
 
 def _last_call(fn):
@@ -204,13 +209,17 @@ def routed_rows(model: ModelSpec, x: PlanArrays):
 
 
 # ------------------------------------------------------------------ compute
-def _grouped_gemm_s(rows, groups, k, n, cluster: ClusterSpec, fp8):
+def _grouped_gemm_s(rows, groups, k, n, cluster: ClusterSpec, fp8, balanced=True):
     """``groups`` GEMMs sharing ``rows`` token rows, each ``(rows/groups) x k`` by ``k x n``, in the
     precision recipe ``fp8`` (a ``PlanArrays.fp8`` code: peaks and operand bytes of
-    :data:`compute.RECIPES`, as :func:`compute._gemm_s` prices a dense GEMM)."""
+    :data:`compute.RECIPES`, as :func:`compute._gemm_s` prices a dense GEMM). Each expert's rows run
+    in whole tiles of :data:`GROUPED_GEMM_TILE_M` rows: ``ceil(per / tile) * tile`` with ``balanced``
+    routing (every expert gets the same count), half a tile more than ``per`` on average otherwise."""
     gpu, e = cluster.gpu, cluster.efficiency
     per = rows / groups
-    flops = 2.0 * rows * k * n
+    tile = GROUPED_GEMM_TILE_M
+    per_run = np.where(balanced, np.ceil(per / tile) * tile, per + tile / 2.0)
+    flops = 2.0 * groups * per_run * k * n
     eff = compute.gemm_efficiency(np.minimum(np.minimum(per, k), n), cluster) * e.grouped_gemm_eff
     peak_bf16 = gpu.peak("bf16") * 1e12
     peaks = np.array([peak_bf16] + [gpu.peak_tflops.get(compute.RECIPES[c]["peak"], gpu.peak("bf16")) * 1e12
@@ -271,7 +280,9 @@ def moe_layer_times(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> di
     up = (2 if m.gated else 1) * fe
     rows = routed_rows(m, x)
     groups = (E / x.ep).astype(float)
-    routed = _grouped_gemm_s(rows, groups, h, up, cluster, x.fp8) + _grouped_gemm_s(rows, groups, fe, h, cluster, x.fp8)
+    bal = imbalance(x) <= 1.0
+    routed = (_grouped_gemm_s(rows, groups, h, up, cluster, x.fp8, bal)
+              + _grouped_gemm_s(rows, groups, fe, h, cluster, x.fp8, bal))
     shared_w = m.num_shared_experts * (m.shared_expert_ffn_hidden_size or 0)
     shared = _mlp_fwd_s(m, cluster, T, shared_w / t, x.fp8) if shared_w else 0.0
     dense_mlp = _mlp_fwd_s(m, cluster, T, m.ffn_hidden_size / t, x.fp8)
