@@ -161,17 +161,18 @@ class EfficiencySpec(_Frozen):
       GEMMs in one kernel, the permuted token layout); ``ep_overlap`` the fraction of dispatch and
       combine hidden when ``moe_overlap`` is on (Megatron ``--overlap-moe-expert-parallel-comm``,
       DeepSeek-V3's DualPipe); ``moe_membound_eff`` scales the router, permutation and
-      un-permutation bytes (gather/scatter kernels, not streaming). The four defaults were fitted
-      by ``python bench/moe_fidelity.py --refit`` (2026-12-01) on the 61 MoE rows of
-      ``planner/runs_2026_12.csv`` with a step time or tokens/s (Megatron-Bridge 25.09-26.06 on
-      H100/B200/B300/GB200/GB300, Megatron-MoE-ModelZoo Qwen3-235B on H100, NeMo AutoModel on H100,
-      the DeepSeek-V3 production run on H800), jointly with a ``gemm_eff_max`` for the systems
-      without a dense fit (B200 0.380, B300 0.424: not written, those systems' profiles are the
-      dense calibration's): median error 21.1%, p90 50.8% (floors 10%/20% not met). They are
-      weakly identified (leave-one-model-out refits move ``ep_overlap`` from 0.05 to 0.47;
-      ``a2a_bw_eff`` sits near its bound, i.e. the rows see less dispatch time than the byte count
-      at link speed implies) and the rows disagree by container version (the same configuration
-      2x apart): see the benchmark's output.
+      un-permutation bytes (gather/scatter kernels, not streaming). The four defaults are the values
+      shared by every system in the joint fit of ``python bench/moe_fidelity.py --refit --write``
+      (2026-12-01: the 61 MoE rows of ``planner/runs_2026_12.csv`` with a step time or tokens/s --
+      Megatron-Bridge 25.09-26.06 on H100/B200/B300/GB200/GB300, Megatron-MoE-ModelZoo Qwen3-235B on
+      H100, NeMo AutoModel on H100, the DeepSeek-V3 production run on H800 -- and the dense SFT
+      Llama-3-70B rows 1011-1014 on GB200/GB300, with a GEMM efficiency per die and a fused-attention
+      efficiency for Blackwell); the systems with rows carry them, with the rows each term saw, in the
+      megatron entries of ``hardware/efficiency_profiles.yaml``. Median error 16.6%, p90 34.9%
+      (floors 10%/20% not met); leave-one-model-out DeepSeek-V3 21.6%, Qwen3-235B 15.0%. The MoE terms
+      are weakly identified (``ep_overlap`` 0.72-0.82 and ``attention_eff`` 0.41-0.64 across the
+      leave-one-model-out refits) and the rows disagree by container version (the same configuration
+      2x apart, in opposite directions for two models): see the benchmark's output.
     """
 
     gemm_eff_max: float = Field(default=0.80, gt=0, le=1)
@@ -192,10 +193,10 @@ class EfficiencySpec(_Frozen):
     # peak (planner.costmodel.memory.MEMORY_FIT_NOTE; leave-one-table-out fits 0.27-0.38)
     fragmentation: float = Field(default=0.31, ge=0, le=10)
     step_overhead_s: float = Field(default=0.05, ge=0, le=1e4)
-    a2a_bw_eff: float = Field(default=0.987, gt=0, le=1)
-    grouped_gemm_eff: float = Field(default=0.889, gt=0, le=1)
-    ep_overlap: float = Field(default=0.274, ge=0, le=1)
-    moe_membound_eff: float = Field(default=0.378, gt=0, le=1)
+    a2a_bw_eff: float = Field(default=0.9365, gt=0, le=1)
+    grouped_gemm_eff: float = Field(default=0.7834, gt=0, le=1)
+    ep_overlap: float = Field(default=0.8153, ge=0, le=1)
+    moe_membound_eff: float = Field(default=0.1596, gt=0, le=1)
     kernel_fusion: Literal["fused", "compiled", "eager"] = Field(
         default="fused", description="how the framework runs the element-wise ops between GEMMs: fused "
         "(Transformer Engine / Megatron kernels), compiled (torch.compile, one Inductor kernel per chain), "
