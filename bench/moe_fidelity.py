@@ -114,6 +114,10 @@ DIE_PAIRS = {"b200": "gb200-nvl72", "b300": "gb300-nvl72"}
 FAMILIES = {"blackwell": BLACKWELL}
 FAMILY_TERMS: dict = {"attention_eff@blackwell": (0.1, 0.9)}
 HGX_RATIO = ("hgx_over_nvl72", (0.5, 1.2))
+#: What the fitted ratio is and is not (written into the HGX parts' profile source).
+HGX_NOTE = ("not a kernel efficiency: power-limited clocks would explain at most ~10% between these parts; the "
+            "ratio carries what the cost model misses between the HGX rows (ep within 8-GPU nodes, pp 8-16) and "
+            "the NVL72 rows (ep 32-64 on NVLink)")
 #: Systems that take the shared MoE terms over their own (dense) catalog fit: h100-sxm (45 dense rows
 #: of published_runs.csv, bench/fidelity.py) and the same GH100 die in h200 and h800.
 SHARED_ONLY = ("h100-sxm", "h200", "h800")
@@ -636,7 +640,8 @@ def write_profiles(f: Fit, runs) -> None:
         fam = {k.split("@")[0]: v for k, v in family.items() if g in FAMILIES[k.split("@")[1]]}
         src = (f"fitted by python bench/moe_fidelity.py --refit --write ({today}, megatron profile of {g}): "
                f"{', '.join(PER_GPU_TERMS)} {f.how[f'{next(iter(PER_GPU_TERMS))}@{g}']} on {seen}"
-               f"{f' ({HGX_RATIO[0]} = {f.terms[HGX_RATIO[0]]:.4f})' if g in DIE_PAIRS else ''}; {fam_src}; {shared_src}; "
+               f"{f' ({HGX_RATIO[0]} = {f.terms[HGX_RATIO[0]]:.4f}: {HGX_NOTE})' if g in DIE_PAIRS else ''}; {fam_src}; "
+               f"{shared_src}; "
                f"{', '.join(carried)} carried from the {REFERENCE} megatron fit (hardware/catalog.yaml: "
                f"{str(ref_block.get('source', ''))[:90]}...)")
         systems.setdefault(g, {})["megatron"] = {**own, **fam, **carried, **shared, "source": src}
