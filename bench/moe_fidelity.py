@@ -108,6 +108,8 @@ DIE_PAIRS = {"b200": "gb200-nvl72", "b300": "gb300-nvl72"}
 #: (bounds 0.3-1.0): fitted 0.994 on all rows, the fit no better -- the rows do not support a term
 #: that the same configuration in bf16 and MXFP8 (DeepSeek-V3 on GB300, NeMo 25.11: 17.03 s and
 #: 15.04 s, 1.13x; the model says 1.27x) suggests; H100 and Blackwell keep the cited 1.0.
+#: Also tried and left out: ``gemm_dim_scale@blackwell`` (small, fine-grained expert GEMMs less
+#: efficient): fitted 1585 (h100-sxm's 337), median 16.6% -> 16.2% but p90 34.9% -> 40.0%.
 #: Fitted: ``attention_eff@blackwell``, the fused-attention kernels' fraction of the bf16 peak on
 #: Blackwell (cuDNN / Transformer Engine fused attention on 5th-generation tensor cores), one value for
 #: the four Blackwell systems; the EfficiencySpec prior 0.33 is FlashAttention-2 on H100.
@@ -642,9 +644,11 @@ def write_profiles(f: Fit, runs) -> None:
                f"{', '.join(PER_GPU_TERMS)} {f.how[f'{next(iter(PER_GPU_TERMS))}@{g}']} on {seen}"
                f"{f' ({HGX_RATIO[0]} = {f.terms[HGX_RATIO[0]]:.4f}: {HGX_NOTE})' if g in DIE_PAIRS else ''}; {fam_src}; "
                f"{shared_src}; "
-               f"{', '.join(carried)} carried from the {REFERENCE} megatron fit (hardware/catalog.yaml: "
+               f"{', '.join(k for k in carried if k not in own and k not in fam)} carried from the {REFERENCE} "
+               f"megatron fit (hardware/catalog.yaml: "
                f"{str(ref_block.get('source', ''))[:90]}...)")
-        systems.setdefault(g, {})["megatron"] = {**own, **fam, **carried, **shared, "source": src}
+        rest = {k: v for k, v in carried.items() if k not in own and k not in fam}
+        systems.setdefault(g, {})["megatron"] = {**own, **fam, **rest, **shared, "source": src}
     for g in SHARED_ONLY:
         src = (f"fitted by python bench/moe_fidelity.py --refit --write ({today}): {shared_src}; every other term "
                f"the catalog's efficiency block of {g}")
