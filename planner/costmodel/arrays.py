@@ -88,6 +88,16 @@ class PlanArrays:
     def take(self, idx) -> "PlanArrays":
         return PlanArrays(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})
 
+    def groups(self, exclude: tuple[str, ...], extra: tuple = ()):
+        """Rows that agree on every column outside ``exclude`` (and on each array of ``extra``):
+        ``(rep, inv)``, ``rep[g]`` one row of group ``g``, ``inv[i]`` the group of row ``i``; so a
+        row-wise function ``f`` that reads none of the ``exclude`` columns has ``f(x)[i] ==
+        f(x.take(rep))[inv[i]]``, bit for bit (the cost model shares its per-layer terms across
+        candidates that differ only in ``dp``: :data:`LAYOUT_FREE`). A broadcast view (stride 0)
+        is one value and does not enter the key."""
+        cols = [getattr(self, f.name) for f in fields(self) if f.name not in exclude] + list(extra)
+        return group_rows(cols, len(self))
+
     @staticmethod
     def from_plans(plans: Iterable[Plan], num_layers: int) -> "PlanArrays":
         plans = list(plans)
@@ -122,3 +132,44 @@ class PlanArrays:
             out[k] = np.asarray(v, dtype=dtype)
         out["reshard"] = out["reshard"].astype(bool)
         return PlanArrays(**out)
+
+
+#: Columns the cost model's per-layout terms never read: the data-parallel degree and what follows
+#: from it (GPU count, global batch, ZeRO shard group, micro-batches per step ``m``). A stage's
+#: parameters, stored activations and per-micro-batch times are priced once per group of
+#: :meth:`PlanArrays.groups` over these (memory.stage_layout_terms, step.layout_terms,
+#: evaluate.LayoutTerms).
+LAYOUT_FREE = ("num_gpus", "gb", "dp", "dp_shard")
+
+
+def gather(terms: dict, idx) -> dict:
+    """Every array of ``terms`` (nested dicts too) indexed by ``idx`` (a scalar stays as it is)."""
+    return {k: gather(v, idx) if isinstance(v, dict) else (v[idx] if np.ndim(v) else v) for k, v in terms.items()}
+
+
+def group_rows(cols, n: int):
+    """:meth:`PlanArrays.groups` of the rows of ``cols`` (arrays of ``n`` rows; a broadcast view,
+    stride 0, is one value and does not enter the key): ``(rep, inv)``."""
+    key, mult = np.zeros(n, dtype=np.int64), 1
+    for col in cols:
+        col = np.asarray(col)
+        if col.ndim == 0 or n == 0 or col.strides[0] == 0:
+            continue
+        if col.dtype.kind == "f":
+            vals, codes = np.unique(col, return_inverse=True)
+            r = len(vals)
+        else:
+            col = col.astype(np.int64, copy=False)
+            lo, hi = int(col.min()), int(col.max())
+            codes, r = col - lo, hi - lo + 1
+        if r == 1:
+            continue
+        if mult > (1 << 62) // r:  # the key would overflow: renumber it densely first
+            vals, key = np.unique(key, return_inverse=True)
+            key, mult = key.astype(np.int64, copy=False), len(vals)
+        key = key + codes * mult
+        mult *= r
+    vals, inv = np.unique(key, return_inverse=True)
+    rep = np.empty(len(vals), dtype=np.int64)
+    rep[inv] = np.arange(n)
+    return rep, inv

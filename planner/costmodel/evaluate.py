@@ -19,6 +19,8 @@ Conventions:
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 
 from plan_search.hardware.spec import ClusterSpec
@@ -29,7 +31,7 @@ from plan_search.planner.costmodel import comm
 from plan_search.planner.costmodel import dispatch
 from plan_search.planner.costmodel import memory
 from plan_search.planner.costmodel import step
-from plan_search.planner.costmodel.arrays import PlanArrays
+from plan_search.planner.costmodel.arrays import LAYOUT_FREE, PlanArrays, gather, group_rows
 
 GIB = memory.GIB
 CHECKPOINT_BYTES_PER_PARAM = 14.0
@@ -62,13 +64,14 @@ def hardware_flops_per_iteration(model: ModelSpec, x: PlanArrays):
 
 
 def memory_fit(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, memory_headroom: float = 0.0,
-               memory_breakdown: dict | None = None, keys: tuple[str, ...] | None = None):
+               memory_breakdown: dict | None = None, keys: tuple[str, ...] | None = None, _terms: dict | None = None):
     """(memory breakdown, usable bytes, fits): the one feasibility rule, which the search also
     applies on its own before timing (memory first: a plan that does not fit is not timed).
     ``memory_breakdown``: :func:`memory.peak_memory` of ``x`` when the caller already has it;
-    ``keys``: the breakdown entries wanted (``total`` is always priced; the search needs it alone)."""
+    ``keys``: the breakdown entries wanted (``total`` is always priced; the search needs it alone);
+    ``_terms``: :meth:`LayoutTerms.memory` of ``x``."""
     mem = memory_breakdown if memory_breakdown is not None else memory.peak_memory(
-        model, cluster, x, None if keys is None else tuple(dict.fromkeys(("total", *keys))))
+        model, cluster, x, None if keys is None else tuple(dict.fromkeys(("total", *keys))), _terms)
     usable = cluster.gpu.memory_gib * GIB * (1.0 - memory_headroom)
     return mem, usable, mem["total"] <= usable
 
@@ -162,11 +165,133 @@ def power_kw(cluster: ClusterSpec, x: PlanArrays):
 
 
 def search_figures(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, tokens: float | None,
-                   checkpoint_interval_h: float = 1.0) -> dict:
+                   checkpoint_interval_h: float = 1.0, _terms: dict | None = None) -> dict:
     """What the search keeps of :func:`evaluate` for every candidate it times (memory priced apart,
     before): :func:`step.step_time` and the lean :func:`run_figures`, without the memory breakdown
-    and the bottleneck (computed again, by :func:`evaluate`, for the plans it reports)."""
-    return run_figures(model, cluster, x, step.step_time(model, cluster, x), tokens, checkpoint_interval_h, lean=True)
+    and the bottleneck (computed again, by :func:`evaluate`, for the plans it reports).
+    ``_terms``: :meth:`LayoutTerms.step` of ``x``."""
+    st = step.step_time(model, cluster, x, _terms)
+    return run_figures(model, cluster, x, st, tokens, checkpoint_interval_h, lean=True)
+
+
+#: The search shares the per-layout terms (:class:`LayoutTerms`): ``"auto"`` where it pays
+#: (:func:`pays`), True always, False never (every candidate priced on its own). The figures are
+#: the same, bit for bit, whichever (tests/test_layout_terms.py).
+SHARE_TERMS: bool | str = "auto"
+
+
+def pays(model: ModelSpec) -> bool:
+    """Does sharing the per-layout terms pay? Measured on the two requests of bench/search_speed.py
+    (2 shared cores, medians of alternated runs): for DeepSeek-V3 (MoE, MLA, MTP: heavy per-layer
+    terms -- expert GEMMs, dispatch, MLA, MTP) the warm search went 1.01 -> 0.78 s; for GPT-3 175B
+    (dense: a dense layer's terms are a few dozen array operations) 0.32 -> 0.36 s, the grouping
+    and gathering costing more than the ~10x fewer layout evaluations save, the per-row remainder
+    (model states by dp, in-flight micro-batches, the data-parallel step) being most of the work."""
+    return bool(model.is_moe or getattr(model, "kv_lora_rank", None) is not None or model.mtp_num_layers)
+
+
+class LayoutTerms:
+    """The per-layout terms of one search's candidates on one system (:func:`memory.stage_layout_terms`,
+    :func:`step.layout_terms`), priced once per group of candidates that differ only in the columns
+    of :data:`arrays.LAYOUT_FREE` -- their data-parallel degree, GPU count, batch and micro-batches
+    per step -- and on :func:`step.layout_key_extra` (whether a pipeline send leaves the NVLink
+    domain). The terms read nothing else, and the cost model is row-wise, so every figure is the
+    same as pricing each row on its own. :meth:`add` takes a space (or a piece of one: the search
+    enumerates GPU counts piece by piece, and one layout recurs at every count its dp divides) and
+    returns the group of each of its rows; memory terms are priced for a piece's new groups at
+    once, step terms for the groups of the rows timed, as they are asked for. The GPT-3 175B
+    default search: 251,532 candidates in ~30,000 groups. One object per search and system:
+    nothing is kept across searches. ``None`` from :meth:`build` when :data:`SHARE_TERMS` is off."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec):
+        self.model, self.cluster = model, cluster
+        self.xu: PlanArrays | None = None  # one row per group
+        self._key: list | None = None  # the key columns of xu (LAYOUT_FREE left out, extra in)
+        self._mem: dict | None = None
+        self._step: dict | None = None
+        self._have = np.zeros(0, dtype=bool)  # step terms priced, per group
+
+    @classmethod
+    def build(cls, model: ModelSpec, cluster: ClusterSpec) -> "LayoutTerms | None":
+        """A table for one search on ``cluster``, or None: :data:`SHARE_TERMS` off, or a dense
+        model (:func:`pays`)."""
+        return cls(model, cluster) if SHARE_TERMS is True or (SHARE_TERMS and pays(model)) else None
+
+    def add(self, x: PlanArrays) -> np.ndarray:
+        """The group of every row of ``x``; its rows of new groups join the table."""
+        key = [getattr(x, f.name) for f in fields(PlanArrays) if f.name not in LAYOUT_FREE]
+        key += list(step.layout_key_extra(self.cluster, x))
+        key = [np.broadcast_to(k, len(x)) for k in key]
+        n_old = 0 if self.xu is None else len(self.xu)
+        if not n_old:
+            rep, inv = group_rows(key, len(x))
+            new_rows, inv_x = rep, inv
+        else:
+            both = [np.concatenate([a, b]) if not _same_constant(a, b) else b[:1].repeat(0) for a, b in zip(self._key, key)]
+            rep, inv = group_rows([c for c in both if len(c)], n_old + len(x))
+            tid = np.full(len(rep), -1, dtype=np.int64)
+            tid[inv[:n_old]] = np.arange(n_old)
+            newg = np.flatnonzero(tid < 0)
+            tid[newg] = n_old + np.arange(len(newg))
+            new_rows, inv_x = rep[newg] - n_old, tid[inv[n_old:]]
+        if len(new_rows):
+            xn = x.take(new_rows)
+            layer = memory._layer_bytes(self.model, xn)
+            mem = {st: memory.stage_layout_terms(self.model, self.cluster, xn, st, layer) for st in memory.STAGES}
+            kn = [k[new_rows] for k in key]
+            if not n_old:
+                self.xu, self._key, self._mem = xn, kn, mem
+            else:
+                self.xu = PlanArrays(**{f.name: np.concatenate([getattr(self.xu, f.name), getattr(xn, f.name)])
+                                        for f in fields(PlanArrays)})
+                self._key = [np.concatenate([a, b]) for a, b in zip(self._key, kn)]
+                self._mem = _concat_terms(self._mem, mem)
+            self._have = np.concatenate([self._have, np.zeros(len(new_rows), dtype=bool)])
+            if self._step is not None:
+                self._step = _concat_terms(self._step, _alloc_like(self._step, len(new_rows)))
+        return inv_x
+
+    def memory(self, groups) -> dict:
+        """:func:`memory.stage_layout_terms` per stage of rows of these ``groups`` (``peak_memory``'s ``_terms``)."""
+        return gather(self._mem, groups)
+
+    def step(self, groups) -> dict:
+        """:func:`step.layout_terms` of rows of these ``groups`` (``step_time``'s ``_terms``); the
+        groups not priced yet are priced now, together."""
+        todo = np.flatnonzero((np.bincount(groups, minlength=len(self._have)) > 0) & ~self._have) \
+            if len(groups) else np.zeros(0, dtype=np.int64)
+        if len(todo):
+            new = step.layout_terms(self.model, self.cluster, self.xu.take(todo))
+            if self._step is None:
+                self._step = _alloc_like(new, len(self._have))
+            _put(self._step, todo, new)
+            self._have[todo] = True
+        return gather(self._step, groups)
+
+
+def _same_constant(a, b) -> bool:
+    """Both key columns one and the same value (the column can stay out of the key)."""
+    b_const = b.strides[0] == 0 or len(b) == 0
+    return bool(b_const and len(b) and (len(a) == 0 or (a.min() == b[0] and a.max() == b[0])))
+
+
+def _concat_terms(a: dict, b: dict) -> dict:
+    return {k: _concat_terms(v, b[k]) if isinstance(v, dict) else (v if np.ndim(v) == 0 else np.concatenate([v, b[k]]))
+            for k, v in a.items()}
+
+
+def _alloc_like(terms: dict, n: int) -> dict:
+    """Arrays of ``n`` rows shaped as ``terms``' (a scalar term, the same for every row, stays one)."""
+    return {k: _alloc_like(v, n) if isinstance(v, dict) else
+            (v if np.ndim(v) == 0 else np.empty(n, dtype=np.asarray(v).dtype)) for k, v in terms.items()}
+
+
+def _put(dst: dict, idx, src: dict) -> None:
+    for k, v in src.items():
+        if isinstance(v, dict):
+            _put(dst[k], idx, v)
+        elif np.ndim(dst[k]):
+            dst[k][idx] = v
 
 
 BOTTLENECKS = ("compute", "hbm_bandwidth", "nvlink", "nic", "all-to-all (nvlink)", "all-to-all (nic)", "bubble",

@@ -425,13 +425,15 @@ def communicators(x: PlanArrays):
             + (x.pp > 1) + (x.ep > 1))
 
 
-def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, stage: str, _layer=None) -> dict:
-    """Breakdown of the peak memory of one GPU of the ``first``, ``middle`` or ``last`` stage, bytes
-    (``_layer``: :func:`_layer_bytes` of ``x``, when the caller has it)."""
+def stage_layout_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, stage: str, _layer=None) -> dict:
+    """The terms of :func:`stage_memory_bytes` that read no column of :data:`arrays.LAYOUT_FREE`
+    (the data-parallel degree, the GPU count, the batch, the micro-batches per step): the stage's
+    parameters, its stored activations per in-flight chunk, the ends' buffers, the loss or re-run
+    layer's transient and the ZeRO-3/FSDP gather if the plan shards. :func:`peak_memory` prices them
+    once per group of candidates that differ only in those columns (``_layer``: :func:`_layer_bytes`)."""
     eff = cluster.efficiency
     h, V = model.hidden_size, model.vocab_size
     layers = {"first": x.first, "middle": x.mid, "last": x.last}[stage].astype(float)
-    has_embed = (x.pp == 1) | (stage == "first")
     has_output = (x.pp == 1) | (stage == "last")
     psi = stage_params(model, x, stage)
     psi_e = experts.stage_expert_params(model, x, stage)  # sharded over the edp group instead
@@ -440,6 +442,65 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     dual = x.pp_sched == 1
     psi = np.where(dual, psi + stage_params(model, x, mirror), psi)
     psi_e = np.where(dual, psi_e + experts.stage_expert_params(model, x, mirror), psi_e)
+
+    # -- stored activations (Korthikanti accounting)
+    stored, recomputed, remat = _layer if _layer is not None else _layer_bytes(model, x)
+    if model.is_moe:  # the stage's MoE layers store more than a dense layer (mean over its layers)
+        n_moe = experts.stage_moe_layers(model, x)[stage]
+        delta = n_moe / np.maximum(layers, 1) * experts.moe_activation_delta_per_layer(model, x)
+        stored, remat = stored + delta, remat + delta
+    n_rc = np.minimum(x.rc_layers, layers)
+    per_chunk_layers = layers / x.vpp
+    # Fully recomputed layers keep their input; the others keep everything (per chunk, the
+    # recomputed layers are the first ones of the stage, Megatron's block method).
+    rc_per_chunk = np.minimum(n_rc / x.vpp, per_chunk_layers)
+    per_chunk = rc_per_chunk * recomputed + (per_chunk_layers - rc_per_chunk) * stored
+    kept_per_layer = np.where(n_rc > 0, recomputed, stored)
+    T = (x.mb * x.seq // x.cp).astype(float)
+    sp_div = np.where(x.sp, x.tp, 1).astype(float)
+    mask = (h if model.dropout else 0.0) / sp_div
+    output = np.where(has_output, T * (4.0 * h / sp_div + 4.0 * V / x.tp), 0.0)
+    output = output + np.where(has_output, mtp_activation_bytes(model, x), 0.0)  # issue 13: MTP, at the loss
+    # -- the backward's two candidate instants (they never coincide): the loss's backward, with the
+    # output layer's stored inputs and fp32 logits and the loss buffers; and the backward of a layer
+    # re-run by full recomputation. The loss and output layer run their backward before any layer,
+    # and autograd frees their saved tensors once they have run, so at the re-run layer's instant
+    # the output buffers are gone (they count only while the stage's micro-batch sits at the loss).
+    remat_t = np.where(n_rc > 0, remat, 0.0)
+    loss_t = np.where(has_output, LOSS_EXTRA_BYTES_PER_LOGIT * T * V / x.tp, 0.0)
+    at_loss = output + loss_t >= remat_t
+
+    # -- ZeRO-3 / FSDP gathers (counted when the plan shards its parameters: stage_memory_bytes)
+    largest = largest_module_params(model, x, stage)
+    prefetch = np.where(layers >= 2, experts.layer_params_local(model, x), 0.0)
+    unsharded_grad = np.where(x.fp32_grads, 2.0 + 4.0, 2.0) * largest
+    resharded = 2.0 * (largest + prefetch) + unsharded_grad
+    if eff.zero3_flat and not model.is_moe:  # DeepSpeed ZeRO-3: one sub-module at a time, live cap
+        sub = largest_submodule_params(model, x, stage)
+        layer = experts.layer_params_local(model, x)
+        live = np.maximum(sub, np.minimum(layer, DS_MAX_LIVE_PARAMS))
+        ahead = np.where(live >= DS_MAX_LIVE_PARAMS, 0.0, DS_PREFETCH_PARAMS)
+        resharded = 2.0 * (live + ahead) + np.where(x.fp32_grads, 2.0 + 4.0, 2.0) * sub
+    kept = 2.0 * psi + unsharded_grad
+    return {
+        "psi": psi, "psi_e": psi_e, "per_chunk": per_chunk, "offload_cap": 2.0 * kept_per_layer,
+        "tokens": T, "embed_per_token": 8.0 + mask, "output": np.where(at_loss, output, 0.0),
+        "transient": np.where(at_loss, loss_t, remat_t), "gather": np.where(x.reshard, resharded, kept),
+        # the full-sequence buffers sequence parallelism's all-gathers materialise (2 T h bytes each:
+        # saved for the weight gradient, cached per stream): see stage_memory_bytes
+        "sp_buffers": np.where(x.sp, SP_GATHER_BUFFERS * 2.0 * T * h, 0.0),
+    }
+
+
+def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, stage: str, _layer=None,
+                       _terms: dict | None = None, total_only: bool = False) -> dict:
+    """Breakdown of the peak memory of one GPU of the ``first``, ``middle`` or ``last`` stage, bytes
+    (``_layer``: :func:`_layer_bytes` of ``x``, ``_terms``: :func:`stage_layout_terms` of ``x``, when
+    the caller has them; ``total_only``: only ``total``, the figure feasibility is judged on)."""
+    eff = cluster.efficiency
+    t = _terms if _terms is not None else stage_layout_terms(model, cluster, x, stage, _layer)
+    has_embed = (x.pp == 1) | (stage == "first")
+    psi, psi_e = t["psi"], t["psi_e"]
     d = shard_degree(x)
     whole = (x.zero >= 2) & ~x.grad_mb
     kw = dict(grad_bf16_copy=x.grad_bf16, optimizer_offload=x.opt_offload, grads_whole=whole)
@@ -454,52 +515,16 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     states["weights"] = states["weights"] + np.where(x.zero >= 3, 0.0, lowp)
     states_total = states["weights"] + states["gradients"] + states["optimizer"]
 
-    # -- stored activations (Korthikanti accounting)
-    stored, recomputed, remat = _layer if _layer is not None else _layer_bytes(model, x)
-    if model.is_moe:  # the stage's MoE layers store more than a dense layer (mean over its layers)
-        n_moe = experts.stage_moe_layers(model, x)[stage]
-        delta = n_moe / np.maximum(layers, 1) * experts.moe_activation_delta_per_layer(model, x)
-        stored, remat = stored + delta, remat + delta
-    n_rc = np.minimum(x.rc_layers, layers)
-    per_chunk_layers = layers / x.vpp
+    # -- stored activations (stage_layout_terms) of the chunks in flight, the ends' buffers
     chunks = in_flight_chunks(x, stage)
-    # Fully recomputed layers keep their input; the others keep everything (per chunk, the
-    # recomputed layers are the first ones of the stage, Megatron's block method).
-    rc_per_chunk = np.minimum(n_rc / x.vpp, per_chunk_layers)
-    per_chunk = rc_per_chunk * recomputed + (per_chunk_layers - rc_per_chunk) * stored
-    layer_acts = chunks * per_chunk
-    kept_per_layer = np.where(n_rc > 0, recomputed, stored)
-    layer_acts = np.where(x.act_offload, np.minimum(layer_acts, 2.0 * kept_per_layer), layer_acts)
-    T = (x.mb * x.seq // x.cp).astype(float)
-    sp_div = np.where(x.sp, x.tp, 1).astype(float)
-    mask = (h if model.dropout else 0.0) / sp_div
-    embed = np.where(has_embed, chunks / x.vpp * T * (8.0 + mask), 0.0)
-    output = np.where(has_output, T * (4.0 * h / sp_div + 4.0 * V / x.tp), 0.0)
-    output = output + np.where(has_output, mtp_activation_bytes(model, x), 0.0)  # issue 13: MTP, at the loss
-    # -- the backward's two candidate instants (they never coincide): the loss's backward, with the
-    # output layer's stored inputs and fp32 logits and the loss buffers; and the backward of a layer
-    # re-run by full recomputation. The loss and output layer run their backward before any layer,
-    # and autograd frees their saved tensors once they have run, so at the re-run layer's instant
-    # the output buffers are gone (they count only while the stage's micro-batch sits at the loss).
-    remat_t = np.where(n_rc > 0, remat, 0.0)
-    loss_t = np.where(has_output, LOSS_EXTRA_BYTES_PER_LOGIT * T * V / x.tp, 0.0)
-    at_loss = output + loss_t >= remat_t
-    activations = layer_acts + embed + np.where(at_loss, output, 0.0)
-    transient = np.where(at_loss, loss_t, remat_t)
+    layer_acts = chunks * t["per_chunk"]
+    layer_acts = np.where(x.act_offload, np.minimum(layer_acts, t["offload_cap"]), layer_acts)
+    embed = np.where(has_embed, chunks / x.vpp * t["tokens"] * t["embed_per_token"], 0.0)
+    activations = layer_acts + embed + t["output"]
+    transient = t["transient"]
 
     # -- ZeRO-3 / FSDP gathers
-    largest = largest_module_params(model, x, stage)
-    prefetch = np.where(layers >= 2, experts.layer_params_local(model, x), 0.0)
-    unsharded_grad = np.where(x.fp32_grads, 2.0 + 4.0, 2.0) * largest
-    resharded = 2.0 * (largest + prefetch) + unsharded_grad
-    if eff.zero3_flat and not model.is_moe:  # DeepSpeed ZeRO-3: one sub-module at a time, live cap
-        sub = largest_submodule_params(model, x, stage)
-        layer = experts.layer_params_local(model, x)
-        live = np.maximum(sub, np.minimum(layer, DS_MAX_LIVE_PARAMS))
-        ahead = np.where(live >= DS_MAX_LIVE_PARAMS, 0.0, DS_PREFETCH_PARAMS)
-        resharded = 2.0 * (live + ahead) + np.where(x.fp32_grads, 2.0 + 4.0, 2.0) * sub
-    kept = 2.0 * psi + unsharded_grad
-    gather = np.where((x.zero >= 3) & (d > 1), np.where(x.reshard, resharded, kept), 0.0)
+    gather = np.where((x.zero >= 3) & (d > 1), t["gather"], 0.0)
 
     backward_moment = states_total + activations + transient + gather
     opt_params = np.where(x.zero >= 1, psi / d, psi)
@@ -512,19 +537,21 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     # micro-batch (stored activations and gathers: many sizes; the loss and re-run-layer buffers
     # are a few blocks reused whole), plus the full-sequence buffers sequence parallelism's
     # all-gathers materialise (2 T h bytes each: saved for the weight gradient, cached per stream).
-    sp_buffers = np.where(x.sp, SP_GATHER_BUFFERS * 2.0 * T * h, 0.0)
+    sp_buffers = t["sp_buffers"]
     frag_bwd = eff.fragmentation * (activations + gather)
     frag_opt = eff.fragmentation * opt_temp
     # two reserved figures: with room (what a run with memory to spare measures: max_memory_reserved)
     # and at capacity (what it needs: the allocator gives its whole free segments back before failing)
-    reserved = np.maximum(backward_moment + frag_bwd + sp_buffers, optimizer_moment + frag_opt)
     needed_bwd = backward_moment + UNRELEASABLE_SLACK_SHARE * frag_bwd + sp_buffers
     needed_opt = optimizer_moment + UNRELEASABLE_SLACK_SHARE * frag_opt
+    reserved_at_capacity = np.maximum(needed_bwd, needed_opt)
+    outside = eff.framework_overhead_gib * GIB + NCCL_COMMUNICATOR_BYTES * communicators(x)
+    if total_only:
+        return {"total": reserved_at_capacity + outside}
+    reserved = np.maximum(backward_moment + frag_bwd + sp_buffers, optimizer_moment + frag_opt)
     at_optimizer = needed_opt > needed_bwd  # the moment of the figure feasibility is judged on
     allocated = np.where(at_optimizer, optimizer_moment, backward_moment)
-    reserved_at_capacity = np.maximum(needed_bwd, needed_opt)
     slack = reserved_at_capacity - allocated
-    outside = eff.framework_overhead_gib * GIB + NCCL_COMMUNICATOR_BYTES * communicators(x)
     return {
         "weights": states["weights"],
         "gradients": states["gradients"],
@@ -544,13 +571,19 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     }
 
 
-def peak_memory(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, keys=None) -> dict:
+def peak_memory(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, keys=None, _terms: dict | None = None) -> dict:
     """The worst stage's breakdown (bytes) and which stage it is (``worst_stage``: an index into
     :data:`STAGES`). The middle stages count only with ``pp > 2``; with ``pp == 1`` the one stage
     is the "first" (it carries both ends). ``keys``: only these entries of the breakdown (the
-    search's memory-first pass needs ``total`` alone)."""
-    layer = _layer_bytes(model, x)
-    per = [stage_memory_bytes(model, cluster, x, st, layer) for st in STAGES]
+    search's memory-first pass needs ``total`` alone). ``_terms``: :func:`stage_layout_terms` of
+    ``x`` per stage when the caller has them (the search prices them once per group of candidates
+    that differ only in their data-parallel degree: evaluate.LayoutTerms)."""
+    if _terms is None:
+        layer = _layer_bytes(model, x)
+        _terms = {st: stage_layout_terms(model, cluster, x, st, layer) for st in STAGES}
+    terms = _terms
+    total_only = keys is not None and tuple(keys) == ("total",)
+    per = [stage_memory_bytes(model, cluster, x, st, _terms=terms[st], total_only=total_only) for st in STAGES]
     totals = np.stack([per[0]["total"], np.where(x.pp > 2, per[1]["total"], -np.inf),
                        np.where(x.pp > 1, per[2]["total"], -np.inf)])
     worst = np.argmax(totals, axis=0)

@@ -153,16 +153,30 @@ def _layer_comm(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, lt) -> di
     }
 
 
-def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
-    """Seconds of one optimizer step for every candidate, with its breakdown (``TIME_KEYS``)."""
-    eff = cluster.efficiency
+def layout_key_extra(cluster: ClusterSpec, x: PlanArrays) -> tuple:
+    """What :func:`layout_terms` reads of the :data:`arrays.LAYOUT_FREE` columns, as key arrays for
+    :meth:`PlanArrays.groups`: whether a pipeline send leaves the NVLink domain (it depends on
+    ``tp x cp x dp``) and, on a multi-host domain (NVL72), the job's GPUs per domain
+    (:func:`comm.domain_share`: tensor- and context-parallel groups are placed in it)."""
+    share = comm.domain_share(x.num_gpus, cluster)
+    crosses = x.tp * x.cp * x.dp >= share
+    return (crosses,) if np.ndim(share) == 0 else (crosses, share)
+
+
+def layout_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
+    """The terms of :func:`step_time` that read no column of :data:`arrays.LAYOUT_FREE` beyond
+    :func:`layout_key_extra`: per micro-batch, the slowest stage's components (compute,
+    memory-bound, recomputation, TP/CP/PP/EP communication), the slowest and mean stage times, the
+    bubble, the parameters the data-parallel step reduces, the overlap windows, the exposed
+    activation-offload copy and the raw volumes per micro-batch. The search prices them once per
+    group of candidates that differ only in their data-parallel degree."""
     lt = compute.layer_times(model, cluster, x)
     lg = compute.logits_times(model, cluster, x)
     em = compute.embedding_times(model, cluster, x)
     cl = _layer_comm(model, cluster, x, lt)
     T = compute.tokens_per_gpu(x)
     pp_raw = comm.pp_microbatch_s(model.hidden_size, T, x, cluster)
-    pp_s = np.where(x.pp_sched == 1, 0.0, pp_raw * (1.0 - eff.pp_overlap))  # DualPipe hides PP sends (pipeline.py)
+    pp_s = np.where(x.pp_sched == 1, 0.0, pp_raw * (1.0 - cluster.efficiency.pp_overlap))  # DualPipe hides PP sends (pipeline.py)
     single = x.pp == 1
     first = _stage_components(model, cluster, x, x.first, lt, cl, True, single, lg, em, pp_s)
     mid = _stage_components(model, cluster, x, x.mid, lt, cl, False, False, lg, em, pp_s)
@@ -174,7 +188,7 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
     tot = lambda c: sum(c[k] for k in c)  # noqa: E731
     t_first, t_mid, t_last = tot(first), tot(mid), tot(last)
     slow, mean = pipeline.stage_mix(x, t_first, t_mid, t_last, model.num_layers)
-    pipe = pipeline.pipeline_s(x, slow, mean)
+    bubble = pipeline.pipeline_s(x, slow, mean)["bubble_s"]  # (its steady part: per row, m x slow)
     # Components of the slowest stage make up the steady state.
     is_last = (t_last >= t_first) & ((x.pp <= 2) | (t_last >= t_mid))
     is_mid = (~is_last) & (x.pp > 2) & (t_mid > t_first)
@@ -182,11 +196,8 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
     # DualPipe: the first GPU runs the first and the last stage, half the micro-batches each (pipeline.py)
     dual_ends = (x.pp_sched == 1) & ((x.pp <= 2) | (0.5 * (t_first + t_last) >= t_mid))
     dual_mid = (x.pp_sched == 1) & ~dual_ends
-    pick = lambda k: np.where(dual_ends, 0.5 * (first[k] + last[k]),  # noqa: E731
-                              np.where(dual_mid, mid[k], pick_1f1b(k)))
-    m = x.m.astype(float)
-    out = {k: m * pick(k) for k in first}
-    out["bubble_s"] = pipe["bubble_s"]
+    pick = {k: np.where(dual_ends, 0.5 * (first[k] + last[k]), np.where(dual_mid, mid[k], pick_1f1b(k)))
+            for k in first}
 
     # Data parallelism and optimizer on the larger of the first/last stage.
     psi_e = {st: experts.stage_expert_params(model, x, st) for st in memory.STAGES}
@@ -199,35 +210,56 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
                    - psi_e_ends, psi)
     psi_e = np.where(x.pp_sched == 1, np.maximum(psi_e_ends, 2.0 * psi_e), psi_e)
     layers_slow = np.where(is_last, x.last, np.where(is_mid, x.mid, x.first))
-    dp = dp_dense = comm.dp_step_s(psi, x, cluster)
-    edp = dispatch.expert_dp_step_s(psi_e, x, cluster)
-    dp = {"grad_s": dp["grad_s"] + edp["grad_s"], "param_s": dp["param_s"] + edp["param_s"]}
     # Overlap window: the compute of the stage with the most layers (whose gradients are the
     # largest and whose reduction ends the step), not of the slowest stage (which can be a
     # short last stage made slow by the logits: a window that would shrink as HBM got faster).
     layers_most = np.maximum(np.maximum(x.first, x.last), np.where(x.pp > 2, x.mid, 0))
-    fwd_mb = layers_most * lt["compute_fwd_s"]
-    bwd_mb = layers_most * lt["compute_bwd_s"]
+    stored, recomputed = memory.layer_activation_bytes(model, x)
+    kept = np.where(x.rc_layers > 0, recomputed, stored) * layers_slow
+    n_rc_slow = np.minimum(x.rc_layers, layers_slow)
+    return {
+        "pick": pick, "slow": slow, "bubble": bubble, "psi": psi, "psi_e": psi_e,
+        "fwd_mb": layers_most * lt["compute_fwd_s"], "bwd_mb": layers_most * lt["compute_bwd_s"],
+        # issue 11: host offload of the activations, exposed per micro-batch
+        "act_offload_s": offload.activation_offload_exposed_s(kept, pick["compute_s"], x, cluster),
+        "tp_raw": layers_slow * cl["tp_raw"] + n_rc_slow * cl["tp_raw"] / 2.0,
+        "cp_raw": layers_slow * cl["cp_raw"] + n_rc_slow * cl["cp_raw"] / 3.0,
+        "pp_raw": pp_raw, "ep_raw": moe["ep_raw_slow"](layers_slow),
+    }
+
+
+def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, _terms: dict | None = None) -> dict:
+    """Seconds of one optimizer step for every candidate, with its breakdown (``TIME_KEYS``).
+    ``_terms``: :func:`layout_terms` of ``x`` when the caller has them (the search: priced once
+    per group of candidates that differ only in their data-parallel degree)."""
+    eff = cluster.efficiency
+    t = _terms if _terms is not None else layout_terms(model, cluster, x)
+    m = x.m.astype(float)
+    out = {k: m * v for k, v in t["pick"].items()}
+    out["bubble_s"] = t["bubble"]
+    steady = m * t["slow"]
+    bubble_fraction = t["bubble"] / np.maximum(steady, 1e-30)  # pipeline.pipeline_s
+
+    psi, psi_e = t["psi"], t["psi_e"]
+    dp = dp_dense = comm.dp_step_s(psi, x, cluster)
+    edp = dispatch.expert_dp_step_s(psi_e, x, cluster)
+    dp = {"grad_s": dp["grad_s"] + edp["grad_s"], "param_s": dp["param_s"] + edp["param_s"]}
     extra = {k: dp[k] - dp_dense[k] for k in ("grad_s", "param_s")}  # the expert layers' (MoE), if any
-    exposed = comm.dp_exposed_s(dp_dense, x, fwd_mb, bwd_mb, eff.dp_overlap, extra)
+    exposed = comm.dp_exposed_s(dp_dense, x, t["fwd_mb"], t["bwd_mb"], eff.dp_overlap, extra)
     out["dp_comm_s"] = exposed["grad_s"] + exposed["param_s"]
     out["optimizer_s"] = compute.optimizer_s(psi, cluster, x) + dispatch.expert_optimizer_s(psi_e, cluster=cluster, x=x)
     out["optimizer_s"] = out["optimizer_s"] + compute.weight_cast_s(psi + psi_e, cluster, x)  # issue 12
     # issue 11: host offload of the optimizer (replaces the GPU step) and of the activations
     shard = np.where(x.zero >= 1, psi / memory.shard_degree(x), psi)
     out["optimizer_s"] = np.where(x.opt_offload, offload.optimizer_offload_s(shard, x, cluster), out["optimizer_s"])
-    stored, recomputed = memory.layer_activation_bytes(model, x)
-    kept = np.where(x.rc_layers > 0, recomputed, stored) * layers_slow
-    out["memory_bound_s"] = out["memory_bound_s"] + m * offload.activation_offload_exposed_s(
-        kept, pick("compute_s"), x, cluster)
+    out["memory_bound_s"] = out["memory_bound_s"] + m * t["act_offload_s"]
     out["overhead_s"] = np.full(len(x), eff.step_overhead_s)
     step = sum(out[k] for k in TIME_KEYS)
-    n_rc_slow = np.minimum(x.rc_layers, layers_slow)
     raw = {
-        "tp_comm_raw_s": m * (layers_slow * cl["tp_raw"] + n_rc_slow * cl["tp_raw"] / 2.0),
-        "cp_comm_raw_s": m * (layers_slow * cl["cp_raw"] + n_rc_slow * cl["cp_raw"] / 3.0),
-        "pp_comm_raw_s": m * pp_raw,
-        "ep_comm_raw_s": m * moe["ep_raw_slow"](layers_slow),
+        "tp_comm_raw_s": m * t["tp_raw"],
+        "cp_comm_raw_s": m * t["cp_raw"],
+        "pp_comm_raw_s": m * t["pp_raw"],
+        "ep_comm_raw_s": m * t["ep_raw"],
         "dp_comm_raw_s": dp["grad_s"] + dp["param_s"],
     }
-    return {"step_s": step, "breakdown": out, "raw": raw, "bubble_fraction": pipe["bubble_fraction"]}
+    return {"step_s": step, "breakdown": out, "raw": raw, "bubble_fraction": bubble_fraction}

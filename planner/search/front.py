@@ -72,7 +72,7 @@ from plan_search.models.spec import ModelSpec
 
 from plan_search.planner.costmodel.arrays import PlanArrays
 from plan_search.planner.costmodel.estimate import pack
-from plan_search.planner.costmodel.evaluate import GIB, evaluate, memory_fit, search_figures
+from plan_search.planner.costmodel.evaluate import GIB, LayoutTerms, evaluate, memory_fit, search_figures
 from plan_search.planner.search.request import (
     MAX_GPUS,
     Alternative,
@@ -184,7 +184,7 @@ class System:
 
 
 def evaluate_columns(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, request: SearchRequest,
-                     deadline: float = math.inf) -> dict:
+                     deadline: float = math.inf, shared: LayoutTerms | None = None) -> dict:
     """:data:`COLUMNS` for every row of ``x``, in chunks of EVAL_CHUNK, plus ``done`` (False for
     rows left unevaluated because the time limit passed: they count as infeasible and the result
     is flagged not proven) and ``timed``.
@@ -196,19 +196,26 @@ def evaluate_columns(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, requ
     parts: dict[str, list] = {k: [] for k in (*COLUMNS, "timed")}
     n = len(x)
     stop = n
+    # the per-layout terms, priced once per group of rows that differ only in dp (``shared``: those of
+    # the search's earlier pieces on this system, whose groups recur here)
+    shared = shared if shared is not None else LayoutTerms.build(model, cluster)
+    group = shared.add(x) if shared is not None else None
     for a in range(0, n, EVAL_CHUNK):
         if a and time.perf_counter() > deadline:
             stop = a
             break
-        chunk = x.take(slice(a, a + EVAL_CHUNK))
-        mem, usable, fits = memory_fit(model, cluster, chunk, request.memory_headroom, keys=("total",))
+        sl = slice(a, a + EVAL_CHUNK)
+        chunk = x.take(sl)
+        mem, usable, fits = memory_fit(model, cluster, chunk, request.memory_headroom, keys=("total",),
+                                       _terms=None if group is None else shared.memory(group[sl]))
         cols = {k: np.full(len(chunk), np.inf) for k in COLUMNS}
         cols["memory_peak_gib"] = mem["total"] / GIB
         cols["memory_usable_gib"] = np.full(len(chunk), usable / GIB)
         cols["fits"] = fits
         idx = np.flatnonzero(fits)
         if len(idx):
-            r = search_figures(model, cluster, chunk.take(idx), request.tokens, request.checkpoint_interval_h)
+            r = search_figures(model, cluster, chunk.take(idx), request.tokens, request.checkpoint_interval_h,
+                               None if group is None else shared.step(group[a + idx]))
             for k in TIMED_COLUMNS:
                 cols[k][idx] = r[k]
         for k in COLUMNS:
@@ -334,6 +341,7 @@ def default_max_gpus(model, cluster, gbs, seq, request, deadline: float = math.i
     cap = min(DEFAULT_START_NODES * step, cap_limit)
     pieces: list[Space] = []
     cols: list[dict] = []
+    shared = LayoutTerms.build(model, cluster)  # the pieces' per-layout terms (a layout recurs at each count)
     lo_done = 0
     best_prev = math.inf
     while True:
@@ -352,7 +360,7 @@ def default_max_gpus(model, cluster, gbs, seq, request, deadline: float = math.i
                 return lo_done, pieces, cols
             b = time.perf_counter()
             pieces.append(sp)
-            cols.append(evaluate_columns(model, cluster, sp.x, request, deadline))
+            cols.append(evaluate_columns(model, cluster, sp.x, request, deadline, shared))
             if timing is not None:
                 timing["enumerate"] = timing.get("enumerate", 0.0) + b - a
                 timing["evaluate"] = timing.get("evaluate", 0.0) + time.perf_counter() - b
