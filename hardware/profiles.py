@@ -22,9 +22,9 @@ runs) with the framework's structural terms (:data:`FAMILY_STRUCTURE`: how it fu
 work, how its ZeRO-3 collectives run). The fits of ``bench/fidelity.py`` start from it and move
 only a few terms.
 
-A system without a profile of its own for a framework takes the reference system's profile
-relative to the reference's Megatron profile (:data:`REFERENCE_SYSTEM`): ratios for the kernel
-efficiencies, the profile's own values for the communication and overhead terms.
+A system without a profile of its own for a framework takes the family prior on that system:
+a profile fitted on one system is not carried to others (its fitted kernel terms absorb that
+system's own figures, e.g. the 500 W derating of torchtitan's H100s).
 """
 
 from __future__ import annotations
@@ -95,9 +95,6 @@ def family_prior(megatron: EfficiencySpec, name: str) -> EfficiencySpec:
         f"{name} family prior: structural terms {what or 'none'} on the megatron profile ({megatron.source})")})
 
 
-#: Terms that are kernel efficiencies (scaled for eager, carried as ratios to other systems).
-KERNEL_TERMS = ("gemm_eff_max", "attention_eff", "bmm_attention_eff", "hbm_eff")
-REFERENCE_SYSTEM = "h100-sxm"
 
 
 def profile_name(framework: str | None, compiled: bool = True) -> str:
@@ -141,21 +138,12 @@ def profile_for(cluster: ClusterSpec, name: str) -> EfficiencySpec:
     own = table.get(cluster.name, {}).get(name)
     if own is not None:
         return own
-    # the reference system's profile, else that of the first system with one (the torchtitan
-    # rows ran on h100-96gb-500w, whose power-limit derating is in its catalog peaks)
-    carry = REFERENCE_SYSTEM if name in table.get(REFERENCE_SYSTEM, {}) else next(
-        (sys for sys in sorted(table) if name in table[sys]), None)
-    if carry is None:
-        return family_prior(cluster.efficiency, name)
-    ref = table[carry][name]
-    from plan_search.hardware.catalog import get_cluster
-
-    ref_base = get_cluster(carry).efficiency
-    upd = {t: min(1.0, getattr(cluster.efficiency, t) * getattr(ref, t) / getattr(ref_base, t)) for t in KERNEL_TERMS}
-    keep = {k: v for k, v in ref.model_dump().items() if k not in KERNEL_TERMS and k != "source"}
-    return cluster.efficiency.model_copy(update={
-        **keep, **upd, "source": f"{name} profile of {carry} carried to {cluster.name}: kernel "
-        f"efficiencies as ratios to {carry}'s megatron profile, the rest as fitted ({ref.source})"})
+    # A profile fitted on one system stays there: its fitted kernel terms mix the framework's kernels
+    # with that system's own figures (torchtitan's were fitted on 500 W H100s, whose derated peaks
+    # are an assumption: carried as ratios they made torchtitan's cuBLAS GEMMs 12% faster than
+    # Megatron's on every other GPU). Another system gets the framework's family prior: its own
+    # Megatron fit with the framework's structural terms, which are never faster kernels.
+    return family_prior(cluster.efficiency, name)
 
 
 def for_framework(cluster: ClusterSpec, framework: str | None, compiled: bool = True) -> ClusterSpec:
