@@ -7,6 +7,7 @@ figure and every step-time figure, and the whole search result with sharing on a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -16,6 +17,7 @@ from plan_search.hardware.catalog import get_cluster
 from plan_search.models.catalog import get_model
 from plan_search.planner.costmodel import evaluate as ev
 from plan_search.planner.costmodel import memory, step
+from plan_search.planner.costmodel.arrays import LAYOUT_FREE
 from plan_search.planner.search.front import search
 from plan_search.planner.search.request import Knobs
 from plan_search.planner.search.space import enumerate_space
@@ -78,3 +80,27 @@ def test_search_result_is_the_same_with_and_without_sharing(req, monkeypatch):
     on = answer()
     monkeypatch.setattr(ev, "SHARE_TERMS", False)
     assert answer() == on
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_layout_terms_read_none_of_the_layout_free_columns(case):
+    """Changing the columns of arrays.LAYOUT_FREE (shuffled across the candidates) leaves the shared
+    terms unchanged: memory's whatever they become, step's with the pipeline-send key kept
+    (:func:`step.layout_key_extra`). A term that starts reading one of them fails here."""
+    name, gpu, counts, gb, knobs = CASES[case]
+    model, cluster = get_model(name), get_cluster(gpu)
+    x = enumerate_space(model, cluster, counts, [gb], 4096, Knobs(**knobs)).x
+    rng = np.random.default_rng(0)
+    cols = {f: np.ascontiguousarray(np.broadcast_to(getattr(x, f), len(x))) for f in LAYOUT_FREE}
+    shuffled = dataclasses.replace(x, **{f: v[rng.permutation(len(x))] for f, v in cols.items()})
+    for st in memory.STAGES:
+        a = _flat(memory.stage_layout_terms(model, cluster, x, st))
+        b = _flat(memory.stage_layout_terms(model, cluster, shuffled, st))
+        assert all(np.array_equal(a[k], b[k]) for k in a), st
+    # step: every LAYOUT_FREE column shuffled but dp and the GPU count (the pipeline-send key reads them)
+    keep = {"dp", "num_gpus"}
+    shuffled = dataclasses.replace(x, **{f: v[rng.permutation(len(x))] for f, v in cols.items() if f not in keep})
+    a, b = _flat(step.layout_terms(model, cluster, x)), _flat(step.layout_terms(model, cluster, shuffled))
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    changed = [f for f in LAYOUT_FREE if np.unique(cols[f]).size > 1]
+    assert {"dp", "zero"} <= set(changed)  # the columns do vary in this space

@@ -7,6 +7,7 @@ Every cost-model function takes a :class:`PlanArrays` and returns arrays of the 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import cached_property
 from typing import Iterable
 
 import numpy as np
@@ -80,9 +81,10 @@ class PlanArrays:
         """Gradients reduced every micro-batch (:func:`planner.costmodel.plan.grad_per_microbatch`)."""
         return grad_per_microbatch(self.grad_red, self.zero, self.pp)
 
-    @property
+    @cached_property
     def m(self) -> np.ndarray:
-        """Micro-batches per step (gradient accumulation)."""
+        """Micro-batches per step (gradient accumulation); computed once per object (its columns are
+        never written in place), as several terms of a stage read it."""
         return self.gb // (self.dp * self.mb)
 
     def take(self, idx) -> "PlanArrays":
@@ -135,11 +137,14 @@ class PlanArrays:
 
 
 #: Columns the cost model's per-layout terms never read: the data-parallel degree and what follows
-#: from it (GPU count, global batch, ZeRO shard group, micro-batches per step ``m``). A stage's
-#: parameters, stored activations and per-micro-batch times are priced once per group of
-#: :meth:`PlanArrays.groups` over these (memory.stage_layout_terms, step.layout_terms,
-#: evaluate.LayoutTerms).
-LAYOUT_FREE = ("num_gpus", "gb", "dp", "dp_shard")
+#: from it (GPU count, global batch, ZeRO shard group, micro-batches per step ``m``), and how the
+#: data-parallel group shards and reduces (ZeRO stage, gradient-reduce schedule, optimizer offload,
+#: DeepSpeed's bf16 gradient copy, the DP overlaps). A stage's parameters, stored activations and
+#: per-micro-batch times are priced once per group of :meth:`PlanArrays.groups` over these
+#: (memory.stage_layout_terms, step.layout_terms, evaluate.LayoutTerms); tests/test_layout_terms.py
+#: checks that changing these columns leaves those terms unchanged.
+LAYOUT_FREE = ("num_gpus", "gb", "dp", "dp_shard", "zero", "grad_red", "opt_offload", "grad_bf16", "ovl_grad",
+               "ovl_param")
 
 
 def gather(terms: dict, idx) -> dict:

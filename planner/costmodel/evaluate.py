@@ -174,20 +174,12 @@ def search_figures(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, tokens
     return run_figures(model, cluster, x, st, tokens, checkpoint_interval_h, lean=True)
 
 
-#: The search shares the per-layout terms (:class:`LayoutTerms`): ``"auto"`` where it pays
-#: (:func:`pays`), True always, False never (every candidate priced on its own). The figures are
-#: the same, bit for bit, whichever (tests/test_layout_terms.py).
-SHARE_TERMS: bool | str = "auto"
-
-
-def pays(model: ModelSpec) -> bool:
-    """Does sharing the per-layout terms pay? Measured on the two requests of bench/search_speed.py
-    (2 shared cores, medians of alternated runs): for DeepSeek-V3 (MoE, MLA, MTP: heavy per-layer
-    terms -- expert GEMMs, dispatch, MLA, MTP) the warm search went 1.01 -> 0.78 s; for GPT-3 175B
-    (dense: a dense layer's terms are a few dozen array operations) 0.32 -> 0.36 s, the grouping
-    and gathering costing more than the ~10x fewer layout evaluations save, the per-row remainder
-    (model states by dp, in-flight micro-batches, the data-parallel step) being most of the work."""
-    return bool(model.is_moe or getattr(model, "kv_lora_rank", None) is not None or model.mtp_num_layers)
+#: The search shares the per-layout terms (:class:`LayoutTerms`); False prices every candidate on
+#: its own. The figures are the same, bit for bit, either way (tests/test_layout_terms.py). CPU time
+#: of the warm search, medians of 9 alternated runs on this 2-core machine (load ~5): GPT-3 175B
+#: 0.217 -> 0.205 s, DeepSeek-V3 (<= 4,096 H100) 0.559 -> 0.412 s (heavier per-layer terms: expert
+#: GEMMs, dispatch, MLA, MTP).
+SHARE_TERMS = True
 
 
 class LayoutTerms:
@@ -200,7 +192,8 @@ class LayoutTerms:
     enumerates GPU counts piece by piece, and one layout recurs at every count its dp divides) and
     returns the group of each of its rows; memory terms are priced for a piece's new groups at
     once, step terms for the groups of the rows timed, as they are asked for. The GPT-3 175B
-    default search: 251,532 candidates in ~30,000 groups. One object per search and system:
+    default search: 251,532 candidates in 9,339 groups (step terms priced for 3,891), DeepSeek-V3
+    on <= 4,096 H100: 665,868 in 17,260 (8,130). One object per search and system:
     nothing is kept across searches. ``None`` from :meth:`build` when :data:`SHARE_TERMS` is off."""
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec):
@@ -213,9 +206,8 @@ class LayoutTerms:
 
     @classmethod
     def build(cls, model: ModelSpec, cluster: ClusterSpec) -> "LayoutTerms | None":
-        """A table for one search on ``cluster``, or None: :data:`SHARE_TERMS` off, or a dense
-        model (:func:`pays`)."""
-        return cls(model, cluster) if SHARE_TERMS is True or (SHARE_TERMS and pays(model)) else None
+        """A table for one search on ``cluster``, or None when :data:`SHARE_TERMS` is off."""
+        return cls(model, cluster) if SHARE_TERMS else None
 
     def add(self, x: PlanArrays) -> np.ndarray:
         """The group of every row of ``x``; its rows of new groups join the table."""

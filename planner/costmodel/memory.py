@@ -505,8 +505,9 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     whole = (x.zero >= 2) & ~x.grad_mb
     kw = dict(grad_bf16_copy=x.grad_bf16, optimizer_offload=x.opt_offload, grads_whole=whole)
     states = model_state_bytes(psi - psi_e, x.zero, d, x.fp32_grads, **kw)
-    states_e = model_state_bytes(psi_e, x.zero, x.tp * x.cp * x.dp // (x.ep * x.etp), x.fp32_grads, **kw)
-    states = {k: states[k] + states_e[k] for k in states}
+    if np.any(psi_e):  # routed experts: their states over the expert-data-parallel group (none: + 0)
+        states_e = model_state_bytes(psi_e, x.zero, x.tp * x.cp * x.dp // (x.ep * x.etp), x.fp32_grads, **kw)
+        states = {k: states[k] + states_e[k] for k in states}
     # quantized weight copies of a low-precision recipe (issue 12; compute.lowp_weight_copy_bytes).
     # Not kept under ZeRO-3/FSDP: the gathered bf16 module is quantized on the fly and its FP8 copy
     # lives only as long as the module's forward or backward (torchao Float8Linear with FSDP2;

@@ -242,12 +242,15 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, _terms: dic
 
     psi, psi_e = t["psi"], t["psi_e"]
     dp = dp_dense = comm.dp_step_s(psi, x, cluster)
-    edp = dispatch.expert_dp_step_s(psi_e, x, cluster)
+    experts_held = np.any(psi_e)  # none (dense models): the expert terms are zeros, not computed
+    edp = dispatch.expert_dp_step_s(psi_e, x, cluster) if experts_held else {"grad_s": np.zeros(len(x)),
+                                                                            "param_s": np.zeros(len(x))}
     dp = {"grad_s": dp["grad_s"] + edp["grad_s"], "param_s": dp["param_s"] + edp["param_s"]}
     extra = {k: dp[k] - dp_dense[k] for k in ("grad_s", "param_s")}  # the expert layers' (MoE), if any
     exposed = comm.dp_exposed_s(dp_dense, x, t["fwd_mb"], t["bwd_mb"], eff.dp_overlap, extra)
     out["dp_comm_s"] = exposed["grad_s"] + exposed["param_s"]
-    out["optimizer_s"] = compute.optimizer_s(psi, cluster, x) + dispatch.expert_optimizer_s(psi_e, cluster=cluster, x=x)
+    out["optimizer_s"] = compute.optimizer_s(psi, cluster, x) + (
+        dispatch.expert_optimizer_s(psi_e, cluster=cluster, x=x) if experts_held else 0.0)
     out["optimizer_s"] = out["optimizer_s"] + compute.weight_cast_s(psi + psi_e, cluster, x)  # issue 12
     # issue 11: host offload of the optimizer (replaces the GPU step) and of the activations
     shard = np.where(x.zero >= 1, psi / memory.shard_degree(x), psi)
