@@ -189,7 +189,29 @@ def recipe_for(row: dict) -> dict | None:
     return next((e for e in recipe_for.entries if e["match"] == key), None)
 
 
-def _row_candidates(row: dict, model: ModelSpec, group: str, gpu: str, n: int):
+#: Plan fields a recipe entry of bench/moe_recipes.yaml may set (memory settings; issue 11).
+RECIPE_PLAN_FIELDS = ("fp32_grads", "adam_moments_dtype", "act_fp8_input_store")
+
+
+def memory_settings(group: str, model_key: str, rec: dict | None) -> dict:
+    """The memory settings (Plan fields) a row's framework runs with, each from its source; a recipe
+    entry's own keys win. Megatron-Bridge's MoE perf scripts reduce and accumulate gradients in bf16
+    (``grad_reduce_in_fp32 = False``) at every release the rows ran: r0.1.0 (684a686)
+    scripts/performance/configs/{deepseek,qwen3}/*_llm_pretrain.yaml; r0.2.0-r0.5.0 (0465189, 8301abf,
+    3743c70, f83545d) scripts/performance/configs/<family>/<family>_llm_pretrain.py for deepseek,
+    gpt_oss, kimi, qwen3. Its DeepSeek-V3 recipe runs the precision-aware optimizer with bf16 Adam
+    moments (src/megatron/bridge/recipes/deepseek/deepseek_v3.py at the same commits:
+    ``exp_avg_dtype = exp_avg_sq_dtype = torch.bfloat16``)."""
+    out = {}
+    if group == "megatron-bridge":
+        out["fp32_grads"] = False
+        if model_key == "deepseek-v3":
+            out["adam_moments_dtype"] = "bf16"
+    out.update({k: rec[k] for k in RECIPE_PLAN_FIELDS if rec and k in rec})
+    return out
+
+
+def _row_candidates(row: dict, model: ModelSpec, group: str, gpu: str, n: int, model_key: str = ""):
     notes = f"{row.get('notes', '')}"
     rec = recipe_for(row)
     tp, pp, cp = _int(row["tp"]) or 1, _int(row["pp"]) or 1, _int(row["cp"]) or 1
@@ -238,6 +260,7 @@ def _row_candidates(row: dict, model: ModelSpec, group: str, gpu: str, n: int):
         overlaps = [bool(rec["moe_overlap"])]
     elif group == "megatron-bridge" and not said_overlap:
         assumed.append("moe_overlap")
+    mem_kw = memory_settings(group, model_key, rec)
     out = []
     for e_tp, v, b, r, ov, disp, ep in product(etps, vpps, mbs, rcs, overlaps, dispatchers, eps):
         if n % (tp * pp * cp):
@@ -249,6 +272,7 @@ def _row_candidates(row: dict, model: ModelSpec, group: str, gpu: str, n: int):
         for f, la in _splits(model.num_layers, pp, v):
             kw = dict(first_stage_layers=f, last_stage_layers=la) if f is not None else {}
             kw["pp_schedule"] = (rec or {}).get("pp_schedule", "1f1b")
+            kw.update(mem_kw)
             try:
                 plan = Plan(num_gpus=n, tp=tp, pp=pp, cp=cp, vpp=v, micro_batch=b, global_batch=gb, seq_len=seq,
                             recompute=r, zero=zero, precision=precision, sequence_parallel=tp > 1,
@@ -298,7 +322,7 @@ def load_moe_runs(verbose: bool = True) -> tuple[list[MoERun], list[tuple[str, s
             skipped.append((label, "TFLOP/s only (NVIDIA's MoE FLOP convention is undocumented)"))
             continue
         group = source_group(row["source"])
-        cands, assumed = _row_candidates(row, model, group, gpu, n)
+        cands, assumed = _row_candidates(row, model, group, gpu, n, key)
         if not cands:
             skipped.append((label, "no valid plan for the printed degrees"))
             continue

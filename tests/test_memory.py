@@ -499,3 +499,73 @@ def test_a_run_that_ran_is_tight_not_out_of_memory_at_the_default_headroom():
     assert "TIGHT (fits the device, not the headroom)" in out.stdout and "INFEASIBLE" not in out.stdout
     out0 = subprocess.run(cli + args + ["--memory-headroom", "0"], capture_output=True, text=True, timeout=120)
     assert out0.returncode == 0 and "verdict           feasible" in out0.stdout
+
+
+# ------------------------------------------------------------------ issue 11 x 13: MoE memory settings
+#: DeepSeek-V3's production run (arXiv 2412.19437 Sec. 3.2: 2,048 H800, DualPipe, pp 16, ep 64, no tp,
+#: ZeRO-1; Sec. 4.2: 15,360 sequences of 4,096 tokens; fine-grained FP8; MTP depth 1; recomputed
+#: RMSNorm and MLA up-projections), on the split bench/moe_fidelity.py prices for it.
+DSV3_PROD = dict(num_gpus=2048, tp=1, pp=16, ep=64, etp=1, micro_batch=1, global_batch=15360, seq_len=4096,
+                 recompute="selective", precision="fp8", pp_schedule="dualpipe", moe_dispatcher="flex",
+                 moe_overlap=True, first_stage_layers=4, last_stage_layers=1)
+#: What Sec. 3.3.3 says it stores: BF16 Adam moments (FP32 master weights and gradients), FP8 SwiGLU inputs.
+DSV3_REPORT = dict(adam_moments_dtype="bf16", act_fp8_input_store=True, fp32_grads=True)
+
+
+def test_deepseek_v3_production_plan_fits_its_h800_with_the_reports_settings():
+    import plan_search as ps
+
+    on = ps.estimate("deepseek-v3", "h800", memory_headroom=0.0, **DSV3_PROD, **DSV3_REPORT)
+    off = ps.estimate("deepseek-v3", "h800", memory_headroom=0.0, **DSV3_PROD)
+    cap = on.memory.capacity_gib
+    assert on.fits_device and on.memory.peak_gib <= cap  # it ran
+    assert not off.fits_device  # without the report's low-precision storage the same plan does not fit
+    assert off.memory.peak_gib - on.memory.peak_gib > 10.0  # ~15 GiB: moments, SwiGLU inputs, their slack
+
+
+def test_bf16_adam_moments_are_8_bytes_of_optimizer_state_per_param():
+    """4 B fp32 master + 2 x 2 B moments against 4 + 2 x 4 (Megatron-Core --exp-avg-dtype/--exp-avg-sq-dtype);
+    the expert and the dense states alike, and the optimizer step moves 2 x 8 B instead of 2 x 12 B."""
+    import plan_search as ps
+
+    for model, gpu, kw in (("llama3.1-70b", "h100-sxm", dict(BASE, zero=1)), ("deepseek-v3", "h800", DSV3_PROD)):
+        fp32 = ps.estimate(model, gpu, memory_headroom=0.0, **kw)
+        bf16 = ps.estimate(model, gpu, memory_headroom=0.0, adam_moments_dtype="bf16", **kw)
+        assert bf16.memory.optimizer_gib == pytest.approx(fp32.memory.optimizer_gib * 8 / 12, rel=1e-12)
+        assert bf16.memory.weights_gib == fp32.memory.weights_gib
+        assert bf16.memory.gradients_gib == fp32.memory.gradients_gib
+        assert bf16.time.optimizer_s < fp32.time.optimizer_s
+
+
+def test_fp8_activation_inputs_store_one_byte_per_swiglu_input():
+    """Megatron-Core activation_func_fp8_input_store: the two SwiGLU inputs kept as 1 B each instead of
+    2 B: ``2 f`` bytes per token and gated MLP layer fewer; nothing for an ungated MLP."""
+    import plan_search as ps
+
+    m = get_model("llama3.1-8b")
+    kw = dict(num_gpus=8, tp=1, pp=1, micro_batch=1, global_batch=8, seq_len=4096, recompute="none", zero=1)
+    bf16 = ps.estimate(m, H100, memory_headroom=0.0, **kw)
+    fp8 = ps.estimate(m, H100, memory_headroom=0.0, act_fp8_input_store=True, **kw)
+    expected = m.num_layers * 4096 * 2.0 * m.ffn_hidden_size / GIB  # pp 1: one micro-batch in flight
+    assert bf16.memory.activations_gib - fp8.memory.activations_gib == pytest.approx(expected, rel=1e-9)
+    gpt = get_model("megatron-gpt-175b")  # GELU MLP: Megatron allows the FP8 store for SwiGLU only
+    kw = dict(num_gpus=64, tp=8, pp=8, micro_batch=1, global_batch=64, seq_len=2048)
+    assert (ps.estimate(gpt, "a100-80gb", act_fp8_input_store=True, **kw).memory.activations_gib
+            == ps.estimate(gpt, "a100-80gb", **kw).memory.activations_gib)
+
+
+def test_fp8_activation_inputs_of_the_routed_and_shared_experts():
+    """DeepSeek-V3 (Sec. 3.3.3, "Inputs of the SwiGLU operator in MoE"): per MoE layer and micro-batch the
+    routed rows (``T k`` x the routing imbalance, etp 1) save ``2 f_e`` bytes each and the shared expert
+    ``2 f_s`` per token; the fullest stage (a middle one: 4 MoE layers, twice under DualPipe's mirror,
+    ``pp + 1`` = 17 micro-batches of one stage's layers in flight) holds 17 x 4 of them."""
+    import plan_search as ps
+
+    m = get_model("deepseek-v3")
+    off = ps.estimate(m, "h800", memory_headroom=0.0, **DSV3_PROD, adam_moments_dtype="bf16")
+    on = ps.estimate(m, "h800", memory_headroom=0.0, **DSV3_PROD, **DSV3_REPORT)
+    T, imb = 4096, Plan.model_fields["moe_imbalance"].default
+    per_layer = T * m.experts_per_token * imb * 2.0 * m.expert_ffn_hidden_size + T * 2.0 * (
+        m.num_shared_experts * m.shared_expert_ffn_hidden_size)
+    assert off.memory.activations_gib - on.memory.activations_gib == pytest.approx(17 * 4 * per_layer / GIB,
+                                                                                   rel=1e-9)

@@ -15,7 +15,7 @@ import numpy as np
 from plan_search.planner.costmodel.plan import GRAD_REDUCE_CODES, grad_per_microbatch
 from plan_search.planner.costmodel.plan import bf16_layers_of
 from plan_search.planner.costmodel.plan import DISPATCHER_CODES, PRECISION_CODES, RECOMPUTE_CODES, Plan
-from plan_search.planner.costmodel.plan import PP_SCHEDULE_CODES
+from plan_search.planner.costmodel.plan import MOMENT_BYTES, PP_SCHEDULE_CODES
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,8 @@ class PlanArrays:
     bf16_frac: np.ndarray  # float: share of transformer layers whose GEMMs stay bf16 (Plan.bf16_layers)
     lowp_params: np.ndarray  # bool: Plan.lowp_params
     pp_sched: np.ndarray  # Plan.pp_schedule coded as plan.PP_SCHEDULE_CODES (0 1F1B, 1 DualPipe)
+    moment_bytes: np.ndarray  # float: bytes of each Adam moment (Plan.adam_moments_dtype: fp32 4, bf16 2)
+    act_fp8: np.ndarray  # bool: Plan.act_fp8_input_store
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -123,14 +125,15 @@ class PlanArrays:
                 moe_disp=DISPATCHER_CODES[p.moe_dispatcher], moe_ovl=p.moe_overlap, moe_imb=p.moe_imbalance,
                 bf16_frac=bf16_layers_of(p.precision, p.bf16_layers, num_layers) / max(num_layers, 1),
                 lowp_params=p.lowp_params, pp_sched=PP_SCHEDULE_CODES[p.pp_schedule],
+                moment_bytes=MOMENT_BYTES[p.adam_moments_dtype], act_fp8=p.act_fp8_input_store,
             )
             for k, v in vals.items():
                 cols[k].append(v)
         out = {}
         for k, v in cols.items():
             dtype = bool if k in ("sp", "fa", "fp32_grads", "ovl_grad", "ovl_param", "ovl_tp", "moe_ovl", "reshard",
-                                  "grad_bf16", "opt_offload", "act_offload", "lowp_params") else np.int64
-            dtype = float if k in ("moe_imb", "bf16_frac") else dtype
+                                  "grad_bf16", "opt_offload", "act_offload", "lowp_params", "act_fp8") else np.int64
+            dtype = float if k in ("moe_imb", "bf16_frac", "moment_bytes") else dtype
             out[k] = np.asarray(v, dtype=dtype)
         out["reshard"] = out["reshard"].astype(bool)
         return PlanArrays(**out)

@@ -338,10 +338,23 @@ def embedding_times(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> di
     return {"compute_s": np.zeros_like(T), "membound_s": hbm_s(3.0 * 2 * T * model.hidden_size, cluster)}
 
 
+#: fp32 master weights kept by the optimizer, bytes per parameter (with bf16 Adam moments too:
+#: DeepSeek-V3 report Sec. 3.3.3 keeps master weights in FP32; Megatron-Core's precision-aware
+#: optimizer defaults --main-params-dtype fp32).
+MASTER_WEIGHT_BYTES = 4.0
+
+
+def optimizer_state_bytes_per_param(moment_bytes):
+    """Adam's optimizer states per parameter: fp32 master weights plus two moments of
+    ``moment_bytes`` each (``PlanArrays.moment_bytes``: 4 fp32, the Megatron-Core default; 2 bf16,
+    ``--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``, DeepSeek-V3's): 12 or 8 B."""
+    return MASTER_WEIGHT_BYTES + 2.0 * np.asarray(moment_bytes, dtype=float)
+
+
 def optimizer_s(params_local, cluster: ClusterSpec, x: PlanArrays):
-    """Adam step over the local shard: read the gradient (2 or 4 B), read+write fp32 master,
-    momentum, variance (24 B), write bf16 weights (2 B), and one more gradient read for the
-    norm used by clipping."""
+    """Adam step over the local shard: read the gradient (2 or 4 B), read+write the optimizer
+    states (fp32 master, momentum, variance: 2 x 12 B, 2 x 8 B with bf16 moments), write bf16
+    weights (2 B), and one more gradient read for the norm used by clipping."""
     gbytes = np.where(x.fp32_grads, 4.0, 2.0)
     shard = np.where(x.zero >= 1, params_local / x.dp, params_local)
-    return hbm_s(shard * (2 * gbytes + 24.0 + 2.0), cluster)
+    return hbm_s(shard * (2 * gbytes + 2.0 * optimizer_state_bytes_per_param(x.moment_bytes) + 2.0), cluster)

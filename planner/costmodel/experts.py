@@ -173,8 +173,12 @@ def mtp_nonexpert_params_local(model: ModelSpec, x: PlanArrays, stage: str):
         return np.zeros(len(x))
     own = counting.mtp_params(model) - (d * routed_expert_params(model) if model.is_moe else 0)
     # with pp > 1 the MTP stage builds its own copy of the input embedding (vocabulary-parallel) for the
-    # shifted tokens (Megatron-Core gpt_model.py: ``if self.pre_process or self.mtp_process``) (issue 13)
-    emb = np.where(x.pp > 1, model.vocab_size * model.hidden_size, 0.0)
+    # shifted tokens (Megatron-Core gpt_model.py: ``if self.pre_process or self.mtp_process``) (issue 13).
+    # Not under DualPipe: the GPU of the last stage also holds the first (the shallowest layers with the
+    # embedding and the deepest with the output head on one PP rank), and the MTP module shares that
+    # embedding and output head physically, parameters and gradients (DeepSeek-V3 report, arXiv
+    # 2412.19437 Sec. 3.2.3, "Shared Embedding and Output Head for Multi-Token Prediction").
+    emb = np.where((x.pp > 1) & (x.pp_sched != 1), model.vocab_size * model.hidden_size, 0.0)
     return np.where(logits_stage(x, stage), (own + emb) / x.tp, 0.0)
 
 
@@ -300,6 +304,26 @@ def moe_layer_times(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> di
 
 
 # ------------------------------------------------------------------ activation memory
+#: Bytes per element of an activation input kept as FP8 for the backward: Megatron-Core casts the
+#: SwiGLU input to ``torch.float8_e4m3fn`` (megatron/core/fusions/fused_bias_swiglu.py@d98e8a64,
+#: ``input.to(torch.float8_e4m3fn) if fp8_input_store``: 1 B, no scale kept). DeepSeek-V3 stores the
+#: same inputs in FP8 with its 1x128 fine-grained scales (arXiv 2412.19437 Sec. 3.3.3, "Inputs of the
+#: SwiGLU operator in MoE"): + 4 B per 128 elements, 3% of the 1 B, left out.
+FP8_ACT_INPUT_BYTES = 1.0
+
+
+def activation_input_bytes(model: ModelSpec, x: PlanArrays):
+    """Bytes per element of an MLP's hidden width (``f``, ``f_e/etp`` or the shared experts') that the
+    MLP keeps as its activation function's inputs for the backward: two inputs (gate and up) of 2 B
+    for a gated MLP, 1 B each under ``act_fp8_input_store`` (Megatron-Core
+    ``activation_func_fp8_input_store``, which it allows for SwiGLU only, transformer_config.py@d98e8a64;
+    the dense, shared-expert and routed-expert MLPs alike: mlp.py, moe/shared_experts.py,
+    moe/experts.py); one bf16 input (2 B) for an ungated MLP."""
+    if not model.gated:
+        return np.full(len(x), 2.0)
+    return 2.0 * np.where(x.act_fp8, FP8_ACT_INPUT_BYTES, 2.0)
+
+
 @_last_call
 def moe_activation_delta_per_layer(model: ModelSpec, x: PlanArrays):
     """Bytes a MoE layer stores beyond a dense layer (:func:`memory.layer_activation_bytes`), one
@@ -313,17 +337,18 @@ def moe_activation_delta_per_layer(model: ModelSpec, x: PlanArrays):
     T = compute.tokens_per_gpu(x)
     t = x.tp.astype(float)
     gemm_in = np.where(x.fp8 > 0, 1.0, 2.0)
+    act_in = activation_input_bytes(m, x)  # the activation's stored inputs (FP8 with act_fp8_input_store)
     f = m.ffn_hidden_size
-    dense = T * ((4.0 if m.gated else 2.0) * f + f * gemm_in) / t
+    dense = T * (act_in * f + f * gemm_in) / t
     rows = routed_rows(m, x)
     fe = m.expert_ffn_hidden_size / x.etp
     Tl = moe_tokens(x)
     keep_act_out = np.where(moe_selective(m, x), 0.0, 1.0)  # moe_act recomputed under selective
-    routed = rows * (m.hidden_size * gemm_in + (4.0 if m.gated else 2.0) * fe + fe * gemm_in * keep_act_out)
+    routed = rows * (m.hidden_size * gemm_in + act_in * fe + fe * gemm_in * keep_act_out)
     router = Tl * m.num_experts * 4.0 * 2  # fp32 scores and probabilities
     weights = 4.0 * rows  # fp32 routing weight per routed row
     sw = m.num_shared_experts * (m.shared_expert_ffn_hidden_size or 0)
-    shared = T * ((4.0 if m.gated else 2.0) * sw + sw * gemm_in) / t
+    shared = T * (act_in * sw + sw * gemm_in) / t
     return routed + router + weights + shared - dense
 
 

@@ -222,16 +222,19 @@ def shard_degree(x: PlanArrays):
 
 
 def model_state_bytes(params_local, zero, dp, fp32_grads, grad_bf16_copy=False, optimizer_offload=False,
-                      grads_whole=False) -> dict:
+                      grads_whole=False, moment_bytes=4.0) -> dict:
     """Weights, gradients and optimizer states per GPU for ``params_local`` parameters sharded
-    over ``dp`` ranks. ``grads_whole``: ZeRO-2/3 gradients reduced once per step (kept whole)."""
+    over ``dp`` ranks. ``grads_whole``: ZeRO-2/3 gradients reduced once per step (kept whole).
+    ``moment_bytes``: bytes of each Adam moment (``Plan.adam_moments_dtype``; the optimizer states
+    are :func:`compute.optimizer_state_bytes_per_param`)."""
     psi = np.asarray(params_local, dtype=float)
     d = np.asarray(dp, dtype=float)
     z = np.asarray(zero)
     g = np.where(fp32_grads, 4.0, 2.0) + np.where(grad_bf16_copy, 2.0, 0.0)
     weights = np.where(z >= 3, 2.0 * psi / d, 2.0 * psi)
     grads = np.where((z >= 2) & ~np.asarray(grads_whole, dtype=bool), g * psi / d, g * psi)
-    optim = np.where(optimizer_offload, 0.0, np.where(z >= 1, 12.0 * psi / d, 12.0 * psi))
+    opt_b = compute.optimizer_state_bytes_per_param(moment_bytes)  # 12 B, 8 B with bf16 moments
+    optim = np.where(optimizer_offload, 0.0, np.where(z >= 1, opt_b * psi / d, opt_b * psi))
     return {"weights": weights, "gradients": grads, "optimizer": optim}
 
 
@@ -246,7 +249,8 @@ def activation_bytes_per_token(model: ModelSpec, x: PlanArrays) -> dict:
     # Engine keeps these as FP8 (1 B) copies instead of bf16.
     gemm_in = compute.gemm_input_bytes(x)  # issue 12: 1 B under FP8, 0.56 under NVFP4
     replicated = 4.0 * h + 2.0 * h * gemm_in + (2.0 * h if m.dropout else 0.0)
-    tp_region = 2.0 * q + 4.0 * kv + q * gemm_in + (4.0 if m.gated else 2.0) * f + f * gemm_in
+    act_in = experts.activation_input_bytes(m, x)  # 2 x 2 B gated (1 B each stored as FP8), 2 B ungated
+    tp_region = 2.0 * q + 4.0 * kv + q * gemm_in + act_in * f + f * gemm_in
     scores = (5.0 if m.dropout else 2.0) * m.num_heads * (x.seq / x.cp)
     mla_tp, mla_latent = experts.mla_activation_delta_per_token(model, x)  # zeros without MLA
     return {"replicated": replicated + mla_latent, "tp_region": tp_region + mla_tp, "scores": scores}
@@ -270,7 +274,7 @@ def rerun_peak_extra_bytes_per_token(model: ModelSpec, x: PlanArrays):
         return np.zeros(len(x))
     f = m.ffn_hidden_size
     gemm_in = compute.gemm_input_bytes(x)
-    mlp_saved = ((4.0 if m.gated else 2.0) * f + f * gemm_in) / t
+    mlp_saved = (experts.activation_input_bytes(m, x) * f + f * gemm_in) / t
     probs_grad = np.where(x.fa, 0.0, 2.0 * m.num_heads * (x.seq / x.cp) / t)
     return np.maximum(2.0 * f / t, probs_grad - mlp_saved)
 
@@ -503,7 +507,8 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     psi, psi_e = t["psi"], t["psi_e"]
     d = shard_degree(x)
     whole = (x.zero >= 2) & ~x.grad_mb
-    kw = dict(grad_bf16_copy=x.grad_bf16, optimizer_offload=x.opt_offload, grads_whole=whole)
+    kw = dict(grad_bf16_copy=x.grad_bf16, optimizer_offload=x.opt_offload, grads_whole=whole,
+              moment_bytes=x.moment_bytes)
     states = model_state_bytes(psi - psi_e, x.zero, d, x.fp32_grads, **kw)
     if np.any(psi_e):  # routed experts: their states over the expert-data-parallel group (none: + 0)
         states_e = model_state_bytes(psi_e, x.zero, x.tp * x.cp * x.dp // (x.ep * x.etp), x.fp32_grads, **kw)

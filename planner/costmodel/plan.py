@@ -71,6 +71,8 @@ DISPATCHER_CODES = {"alltoall": 0, "allgather": 1, "flex": 2}
 #: Plan.pp_schedule -> PlanArrays ``pp_sched`` (0: 1F1B, interleaved when vpp > 1; 1: DualPipe).
 PP_SCHEDULE_CODES = {"1f1b": 0, "dualpipe": 1}
 GRAD_REDUCE_CODES = {"default": 0, "step": 1, "microbatch": 2}
+#: Bytes of each Adam moment per parameter by Plan.adam_moments_dtype (fp32 4, bf16 2).
+MOMENT_BYTES = {"fp32": 4.0, "bf16": 2.0}
 
 
 def grad_per_microbatch(code, zero, pp):
@@ -167,6 +169,14 @@ class Plan(NoBoolNumbers):
         default=False, description="stored layer activations copied to host memory in the forward and back in "
         "the backward (two layers' worth stay on the GPU); costs the copies over PCIe/C2C that compute "
         "does not hide")
+    adam_moments_dtype: Literal["fp32", "bf16"] = Field(
+        default="fp32", description="dtype of Adam's two moments: fp32 (Megatron-Core's default, --exp-avg-dtype/"
+        "--exp-avg-sq-dtype fp32) or bf16 (its --use-precision-aware-optimizer; DeepSeek-V3 report Sec. 3.3.3): "
+        "optimizer states 4 + 2 x 4 = 12 B/param or 4 + 2 x 2 = 8 B/param (fp32 master weights kept)")
+    act_fp8_input_store: bool = Field(
+        default=False, description="the gated MLPs' activation (SwiGLU) inputs kept for the backward as FP8, 1 B "
+        "instead of 2 B per element, in dense, shared and routed experts' MLPs (Megatron-Core "
+        "activation_func_fp8_input_store; DeepSeek-V3 report Sec. 3.3.3); no effect on ungated MLPs")
 
 
     @model_validator(mode="before")
