@@ -336,21 +336,54 @@ def ran_over_capacity() -> tuple[list[str], list[str]]:
 #: misses and what the sources leave unknown (printed beside the row; nothing here enters a figure).
 MOE_OVER_CAPACITY_NOTES = {
     ("megatron-bridge", "gpt-oss-120b"):
-        "recipe ep 8, mb 4 (GPT_OSS_120B_* in scripts/performance/configs/gpt_oss, bench/moe_recipes.yaml); not "
-        "modelled: Megatron's fused vocab-parallel cross entropy (the planner prices PyTorch's unfused loss "
-        "buffers, memory.LOSS_EXTRA_BYTES_PER_LOGIT, an upper bound for Megatron: 8 B per logit beyond the "
-        "fp32 logits, ~24.5 GiB at 4 x 4096 tokens x 201,088 vocabulary) and the precision-aware optimizer "
-        "the perf scripts turn on for bf16 (utils/overrides.py; Megatron-Core store_param_remainders keeps 2 B "
-        "of the fp32 master weights beside the bf16 weights)",
-    ("megatron-bridge", "qwen3-30b-a3b"):
-        "printed pp 2, vp 24, mb 2; the recipes of 25.09/25.11 say vp 12 / mb 1 (bench/moe_recipes.yaml "
-        "'differs'): which configuration ran is unknown",
-    ("nemo-automodel", "deepseek-v3"): "FSDP2 benchmark config: its optimizer-state and gradient dtypes and "
-                                       "allocator settings not read here (unknown)",
-    ("nemo-automodel", "kimi-k2"): "FSDP2 benchmark config: optimizer/gradient dtypes not read here (unknown)",
-    ("nemo-automodel", "qwen3-30b-a3b"): "FSDP2 benchmark config: optimizer/gradient dtypes not read here (unknown)",
-    ("nemo-automodel", "gpt-oss-120b"): "FSDP2 benchmark config: optimizer/gradient dtypes not read here (unknown)",
+        "not modelled: the precision-aware optimizer the perf scripts turn on for bf16 (utils/overrides.py; "
+        "Megatron-Core's store_param_remainders keeps 2 B of the fp32 master weights beside the bf16 weights "
+        "instead of 4 B)",
 }
+
+
+#: bench/moe_recipes.yaml ``differs`` items (the recipe's degree where the published table prints
+#: another) -> the Plan field.
+_DIFFERS = {"mb": "micro_batch", "vp": "vpp", "ep": "ep", "pp": "pp", "gb": "global_batch"}
+
+
+def recipe_degrees_figure(run, cluster) -> str:
+    """For a row whose recipe (bench/moe_recipes.yaml) names degrees that differ from its published
+    table's: the least figure at capacity with the recipe's degrees instead -- which of the two ran
+    is unknown (the benchmark prices the table's); '' when the recipe names none or none is valid."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from moe_fidelity import recipe_for
+    from plan_search.models.io import InputError
+
+    import csv
+    from importlib import resources
+
+    text = resources.files("plan_search.planner").joinpath("runs_2026_12.csv").read_text(encoding="utf-8")
+    row = list(csv.DictReader(text.splitlines()))[run.index - 1000]
+    rec = recipe_for(row) or {}
+    upd = {}
+    for item in rec.get("differs") or []:
+        k, _, v = str(item).partition(" ")
+        if k in _DIFFERS:
+            upd[_DIFFERS[k]] = 1 if v == "None" else int(v)
+    if not upd:
+        return ""
+    plans = []
+    for p in run.candidates:
+        d = dict(p.model_dump(), **upd)
+        d.pop("dp", None)
+        try:
+            q = Plan(**d)
+            q.check_against(run.model)
+        except (ValueError, InputError):
+            continue
+        plans.append(q)
+    if not plans:
+        return ""
+    mem, _, _ = memory_fit(run.model, cluster, PlanArrays.from_plans(plans, run.model.num_layers))
+    what = ", ".join(f"{k} {v}" for k, v in upd.items())
+    return (f"with its recipe's {what} (the table prints otherwise; which ran is unknown): "
+            f"{float(np.min(mem['total'])) / memory.GIB:.1f} GiB")
 
 
 def moe_rows_check() -> list[str]:
@@ -386,6 +419,10 @@ def moe_rows_check() -> list[str]:
             flag = " ABOVE CAPACITY"
             over.append(f"{r.index} ({r.model_key} {r.gpu} x{r.n}, {need:.1f} of {c.gpu.memory_gib:.1f} GiB)")
         notes = ("open: " + ",".join(r.assumed)) if r.assumed else ""
+        if flag:
+            alt = recipe_degrees_figure(r, c)
+            if alt:
+                notes += ("; " if notes else "") + alt
         if flag and (r.group, r.model_key) in MOE_OVER_CAPACITY_NOTES:
             notes += ("; " if notes else "") + MOE_OVER_CAPACITY_NOTES[(r.group, r.model_key)]
         print(f"{r.index:5d} {r.model_key[:16]:16s} {r.gpu[:12]:12s} {r.n:5d} {r.group[:22]:22s} {label[:40]:40s} "

@@ -190,7 +190,8 @@ def recipe_for(row: dict) -> dict | None:
 
 
 #: Plan fields a recipe entry of bench/moe_recipes.yaml may set (memory settings; issue 11).
-RECIPE_PLAN_FIELDS = ("fp32_grads", "adam_moments_dtype", "act_fp8_input_store")
+RECIPE_PLAN_FIELDS = ("fp32_grads", "adam_moments_dtype", "act_fp8_input_store", "cross_entropy",
+                      "fp32_master_weights", "reshard_after_forward")
 
 
 def memory_settings(group: str, model_key: str, rec: dict | None) -> dict:
@@ -201,12 +202,28 @@ def memory_settings(group: str, model_key: str, rec: dict | None) -> dict:
     3743c70, f83545d) scripts/performance/configs/<family>/<family>_llm_pretrain.py for deepseek,
     gpt_oss, kimi, qwen3. Its DeepSeek-V3 recipe runs the precision-aware optimizer with bf16 Adam
     moments (src/megatron/bridge/recipes/deepseek/deepseek_v3.py at the same commits:
-    ``exp_avg_dtype = exp_avg_sq_dtype = torch.bfloat16``)."""
+    ``exp_avg_dtype = exp_avg_sq_dtype = torch.bfloat16``). Its perf scripts compute the loss with
+    Transformer Engine's cross entropy (``cross_entropy_fusion_impl = "te"`` over the model provider's
+    ``cross_entropy_loss_fusion = True``, src/megatron/bridge/models/gpt_provider.py): r0.1.0
+    scripts/performance/configs/{deepseek,qwen3}/*.yaml; r0.2.0 utils/helpers.py; r0.3.0-r0.5.0
+    utils/overrides.py (``_set_common_perf_overrides``).
+
+    NeMo AutoModel's MoE benchmarks (Automodel@34f73e9) train a bf16 model without master weights:
+    the custom MoE models are cast to bf16 (components/models/deepseek_v3/model.py ``self.to(dtype)``,
+    dtype from the HF config, bf16), FSDP2 shards them as they are (FSDP2Manager's MixedPrecisionPolicy
+    param/reduce dtype bf16, components/distributed/fsdp2.py) and ``torch.optim.Adam`` keeps its
+    moments in the parameters' dtype (examples/benchmark/configs/*.yaml ``optimizer``); the loss is
+    ``MaskedCrossEntropy(fp32_upcast=False)`` on bf16 logits; ``reshard_after_forward`` is the
+    config's (its recipe entry)."""
     out = {}
     if group == "megatron-bridge":
         out["fp32_grads"] = False
+        out["cross_entropy"] = "te"
         if model_key == "deepseek-v3":
             out["adam_moments_dtype"] = "bf16"
+    if group == "nemo-automodel":
+        out.update(fp32_grads=False, fp32_master_weights=False, adam_moments_dtype="bf16",
+                   cross_entropy="pytorch_bf16")
     out.update({k: rec[k] for k in RECIPE_PLAN_FIELDS if rec and k in rec})
     return out
 

@@ -569,3 +569,36 @@ def test_fp8_activation_inputs_of_the_routed_and_shared_experts():
         m.num_shared_experts * m.shared_expert_ffn_hidden_size)
     assert off.memory.activations_gib - on.memory.activations_gib == pytest.approx(17 * 4 * per_layer / GIB,
                                                                                    rel=1e-9)
+
+
+@pytest.mark.parametrize("impl,stored,extra", [("pytorch", 4.0, 8.0), ("pytorch_bf16", 2.0, 4.0),
+                                               ("megatron", 4.0, 2.0), ("te", 2.0, 0.0)])
+def test_cross_entropy_bytes_per_logit(impl, stored, extra):
+    """The loss's logits as each implementation keeps them (stored with the output stage's activations)
+    and what it adds at its backward (the transient): PyTorch's unfused loss on fp32 logits 4 + 8 B,
+    on bf16 logits 2 + 4, Megatron-Core's in-place vocab_parallel_cross_entropy 4 + 2, Transformer
+    Engine's parallel_cross_entropy (gradient written into its bf16 input) 2 + 0."""
+    import plan_search as ps
+
+    m = get_model("llama3.1-8b")
+    kw = dict(num_gpus=8, tp=1, pp=1, micro_batch=1, global_batch=8, seq_len=4096, recompute="none", zero=1)
+    base = ps.estimate(m, H100, memory_headroom=0.0, **kw)  # default: pytorch
+    e = ps.estimate(m, H100, memory_headroom=0.0, cross_entropy=impl, **kw)
+    logits = 4096 * m.vocab_size / GIB
+    assert e.memory.transient_gib == pytest.approx(extra * logits, rel=1e-9)
+    assert base.memory.activations_gib - e.memory.activations_gib == pytest.approx((4.0 - stored) * logits,
+                                                                                   rel=1e-9, abs=1e-9)
+
+
+def test_without_fp32_master_weights_the_optimizer_keeps_only_the_moments():
+    """torch.optim.Adam on a bf16 model (NeMo AutoModel's MoE benchmarks): no 4 B master copy; its
+    moments in the parameters' dtype: 2 x 2 B against Megatron's 4 + 2 x 4."""
+    import plan_search as ps
+
+    kw = dict(BASE, zero=1)
+    full = ps.estimate("llama3.1-70b", "h100-sxm", memory_headroom=0.0, **kw)
+    pure = ps.estimate("llama3.1-70b", "h100-sxm", memory_headroom=0.0, fp32_master_weights=False,
+                       adam_moments_dtype="bf16", **kw)
+    assert pure.memory.optimizer_gib == pytest.approx(full.memory.optimizer_gib * 4 / 12, rel=1e-12)
+    fp32_moments = ps.estimate("llama3.1-70b", "h100-sxm", memory_headroom=0.0, fp32_master_weights=False, **kw)
+    assert fp32_moments.memory.optimizer_gib == pytest.approx(full.memory.optimizer_gib * 8 / 12, rel=1e-12)

@@ -119,18 +119,20 @@ def test_moe_rows_carry_their_row_numbers(bench):
 # Pinned figures (2026-12-01, after python bench/moe_fidelity.py --refit --write): the plans the
 # benchmark picks for two published rows (the row's model as the benchmark reads it: Megatron-Bridge's
 # recipe sets DeepSeek-V3's MTP depth; its perf scripts' bf16 gradients and DeepSeek-V3's bf16 Adam
-# moments: moe_fidelity.memory_settings), priced through the public API with the built-in profiles. A
+# moments, TE's cross entropy: moe_fidelity.memory_settings), priced through the public API with the
+# built-in profiles. A
 # change of the cost model or of the profiles that moves them must re-pin them, saying why.
 PINS = [
     # DeepSeek-V3 on 256 GB200, MXFP8 (row 1045, Megatron-Bridge NeMo 25.11: measured 16.31 s)
     (1045, "gb200-nvl72",
      dict(num_gpus=256, pp=8, vpp=4, ep=32, first_stage_layers=7, last_stage_layers=6, global_batch=4096,
           seq_len=4096, precision="mxfp8", recompute="selective", sequence_parallel=False, moe_dispatcher="flex",
-          moe_imbalance=1.0, fp32_grads=False, adam_moments_dtype="bf16"), 17.0287),
+          moe_imbalance=1.0, fp32_grads=False, adam_moments_dtype="bf16", cross_entropy="te"), 17.0287),
     # Qwen3-30B-A3B on 8 B200, FP8 (row 1058, Megatron-Bridge NeMo 25.09: measured 14.51 s)
     (1058, "b200",
      dict(num_gpus=8, ep=8, global_batch=512, seq_len=4096, precision="fp8", recompute="none",
-          sequence_parallel=False, moe_dispatcher="alltoall", moe_imbalance=1.0, fp32_grads=False), 12.1007),
+          sequence_parallel=False, moe_dispatcher="alltoall", moe_imbalance=1.0, fp32_grads=False,
+          cross_entropy="te"), 12.1007),
 ]
 
 

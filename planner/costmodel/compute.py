@@ -340,21 +340,25 @@ def embedding_times(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> di
 
 #: fp32 master weights kept by the optimizer, bytes per parameter (with bf16 Adam moments too:
 #: DeepSeek-V3 report Sec. 3.3.3 keeps master weights in FP32; Megatron-Core's precision-aware
-#: optimizer defaults --main-params-dtype fp32).
+#: optimizer defaults --main-params-dtype fp32). ``PlanArrays.master_bytes`` is this or 0
+#: (``Plan.fp32_master_weights`` off: the optimizer steps the bf16 parameters themselves).
 MASTER_WEIGHT_BYTES = 4.0
 
 
-def optimizer_state_bytes_per_param(moment_bytes):
-    """Adam's optimizer states per parameter: fp32 master weights plus two moments of
-    ``moment_bytes`` each (``PlanArrays.moment_bytes``: 4 fp32, the Megatron-Core default; 2 bf16,
-    ``--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``, DeepSeek-V3's): 12 or 8 B."""
-    return MASTER_WEIGHT_BYTES + 2.0 * np.asarray(moment_bytes, dtype=float)
+def optimizer_state_bytes_per_param(moment_bytes, master_bytes=MASTER_WEIGHT_BYTES):
+    """Adam's optimizer states per parameter: the master weights (``master_bytes``: 4 fp32, 0 without)
+    plus two moments of ``moment_bytes`` each (``PlanArrays.moment_bytes``: 4 fp32, the Megatron-Core
+    default; 2 bf16, ``--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``, DeepSeek-V3's): 12, 8 or 4 B."""
+    return np.asarray(master_bytes, dtype=float) + 2.0 * np.asarray(moment_bytes, dtype=float)
 
 
 def optimizer_s(params_local, cluster: ClusterSpec, x: PlanArrays):
     """Adam step over the local shard: read the gradient (2 or 4 B), read+write the optimizer
-    states (fp32 master, momentum, variance: 2 x 12 B, 2 x 8 B with bf16 moments), write bf16
-    weights (2 B), and one more gradient read for the norm used by clipping."""
+    states (master, momentum, variance: 2 x 12 B, 2 x 8 B with bf16 moments), write the bf16
+    weights (2 B; read them too without master weights), and one more gradient read for the norm
+    used by clipping."""
     gbytes = np.where(x.fp32_grads, 4.0, 2.0)
     shard = np.where(x.zero >= 1, params_local / x.dp, params_local)
-    return hbm_s(shard * (2 * gbytes + 2.0 * optimizer_state_bytes_per_param(x.moment_bytes) + 2.0), cluster)
+    states = optimizer_state_bytes_per_param(x.moment_bytes, x.master_bytes)
+    weights = np.where(x.master_bytes > 0, 2.0, 4.0)
+    return hbm_s(shard * (2 * gbytes + 2.0 * states + weights), cluster)

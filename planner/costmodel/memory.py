@@ -12,7 +12,9 @@ where ``torch.distributed.pipelining`` defers the reduce-scatter to the last bac
 accumulates the unsharded gradient in its ``reduce_dtype``) stay whole: ``g psi``.
 Knobs: ``grad_bf16_copy`` adds the bf16 gradients DeepSpeed's BF16_Optimizer keeps beside its
 fp32 accumulator (+2 B/param, sharded like the gradients); ``optimizer_offload`` moves the 12 B
-of optimizer state to host memory (ZeRO-Offload, Ren et al. 2021).
+of optimizer state to host memory (ZeRO-Offload, Ren et al. 2021); ``adam_moments_dtype`` bf16 keeps
+the two moments at 2 B (12 -> 8 B), ``fp32_master_weights`` off drops the 4 B master copy (the
+optimizer steps the bf16 parameters: :func:`compute.optimizer_state_bytes_per_param`).
 
 **Activations** per layer and micro-batch (Korthikanti et al. 2022, Table 2, generalised to GQA
 and gated MLPs, bytes per token): the region replicated over tensor-parallel ranks unless
@@ -196,6 +198,30 @@ SP_GATHER_BUFFERS = 5.8
 #: (Megatron's fused vocab-parallel cross entropy works in place and needs less: an upper bound there.)
 LOSS_EXTRA_BYTES_PER_LOGIT = 8.0
 
+#: Bytes per logit at the loss by ``Plan.cross_entropy`` (``PlanArrays.ce``): (stored from the output
+#: layer's forward to the loss's backward, extra at the loss's worst instant).
+#: - pytorch: the fp32 log-probabilities kept (4 B) and :data:`LOSS_EXTRA_BYTES_PER_LOGIT` (8 B).
+#: - megatron: Megatron-Core ``vocab_parallel_cross_entropy`` (megatron/core/tensor_parallel/
+#:   cross_entropy.py@d98e8a64): ``logits.float()`` is worked on in place (max subtracted, exp, divided
+#:   by the sum) and saved as the softmax (4 B); the backward turns it into the gradient in place.
+#:   Beyond it: the bf16 logits beside their fp32 copy in the forward, the bf16 gradient the cast's
+#:   backward makes beside the fp32 one (2 B).
+#: - te: Transformer Engine ``parallel_cross_entropy`` (Megatron-Core ``cross_entropy_fusion_impl
+#:   'te'``; transformer_engine/pytorch/cross_entropy.py and triton/cross_entropy.py@02965d2): saves
+#:   its bf16 input (2 B) and 12 B per token of online-softmax statistics; the backward kernel writes
+#:   the gradient into that input and returns it: nothing beyond.
+#: - pytorch_bf16: PyTorch's unfused cross_entropy on the bf16 logits (no fp32 upcast: NeMo AutoModel's
+#:   ``MaskedCrossEntropy(fp32_upcast=False)``): the pytorch figures at 2 B per element, 2 + 4.
+LOSS_BYTES_PER_LOGIT = ((4.0, LOSS_EXTRA_BYTES_PER_LOGIT), (4.0, 2.0), (2.0, 0.0),
+                        (2.0, LOSS_EXTRA_BYTES_PER_LOGIT / 2))
+
+
+def loss_bytes_per_logit(x: PlanArrays) -> tuple:
+    """(stored, extra) bytes per logit of each candidate's loss (:data:`LOSS_BYTES_PER_LOGIT`)."""
+    table = np.asarray(LOSS_BYTES_PER_LOGIT)
+    code = np.asarray(x.ce)
+    return table[code, 0], table[code, 1]
+
 #: Optimizer-step temporaries per local optimizer parameter: PyTorch's foreach Adam/AdamW
 #: (torch/optim/adam.py ``_multi_tensor_adam``: ``exp_avg_sq_sqrt = torch._foreach_sqrt(...)``)
 #: materialises one fp32 tensor per parameter of the group. Counted for ZeRO-3 plans that shard
@@ -222,18 +248,19 @@ def shard_degree(x: PlanArrays):
 
 
 def model_state_bytes(params_local, zero, dp, fp32_grads, grad_bf16_copy=False, optimizer_offload=False,
-                      grads_whole=False, moment_bytes=4.0) -> dict:
+                      grads_whole=False, moment_bytes=4.0, master_bytes=4.0) -> dict:
     """Weights, gradients and optimizer states per GPU for ``params_local`` parameters sharded
     over ``dp`` ranks. ``grads_whole``: ZeRO-2/3 gradients reduced once per step (kept whole).
-    ``moment_bytes``: bytes of each Adam moment (``Plan.adam_moments_dtype``; the optimizer states
-    are :func:`compute.optimizer_state_bytes_per_param`)."""
+    ``moment_bytes``: bytes of each Adam moment (``Plan.adam_moments_dtype``), ``master_bytes`` of the
+    master weights (``Plan.fp32_master_weights``): the optimizer states are
+    :func:`compute.optimizer_state_bytes_per_param`."""
     psi = np.asarray(params_local, dtype=float)
     d = np.asarray(dp, dtype=float)
     z = np.asarray(zero)
     g = np.where(fp32_grads, 4.0, 2.0) + np.where(grad_bf16_copy, 2.0, 0.0)
     weights = np.where(z >= 3, 2.0 * psi / d, 2.0 * psi)
     grads = np.where((z >= 2) & ~np.asarray(grads_whole, dtype=bool), g * psi / d, g * psi)
-    opt_b = compute.optimizer_state_bytes_per_param(moment_bytes)  # 12 B, 8 B with bf16 moments
+    opt_b = compute.optimizer_state_bytes_per_param(moment_bytes, master_bytes)  # 12 B; 8 bf16 moments
     optim = np.where(optimizer_offload, 0.0, np.where(z >= 1, opt_b * psi / d, opt_b * psi))
     return {"weights": weights, "gradients": grads, "optimizer": optim}
 
@@ -334,7 +361,8 @@ def mtp_activation_bytes(model: ModelSpec, x: PlanArrays):
     T = (x.mb * x.seq // x.cp).astype(float)
     h, V = model.hidden_size, model.vocab_size
     sp_div = np.where(x.sp, x.tp, 1).astype(float)
-    own = T * ((4.0 * h + 2.0 * h * compute.gemm_input_bytes(x) + 4.0 * h) / sp_div + 4.0 * V / x.tp + 8.0)
+    logit_b = loss_bytes_per_logit(x)[0]  # the depth's own logits as its loss keeps them (fp32 or bf16)
+    own = T * ((4.0 * h + 2.0 * h * compute.gemm_input_bytes(x) + 4.0 * h) / sp_div + logit_b * V / x.tp + 8.0)
     return d * (block + own)
 
 
@@ -463,7 +491,8 @@ def stage_layout_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     T = (x.mb * x.seq // x.cp).astype(float)
     sp_div = np.where(x.sp, x.tp, 1).astype(float)
     mask = (h if model.dropout else 0.0) / sp_div
-    output = np.where(has_output, T * (4.0 * h / sp_div + 4.0 * V / x.tp), 0.0)
+    logit_stored, logit_extra = loss_bytes_per_logit(x)  # 4 + 8 B unfused PyTorch (Plan.cross_entropy)
+    output = np.where(has_output, T * (4.0 * h / sp_div + logit_stored * V / x.tp), 0.0)
     output = output + np.where(has_output, mtp_activation_bytes(model, x), 0.0)  # issue 13: MTP, at the loss
     # -- the backward's two candidate instants (they never coincide): the loss's backward, with the
     # output layer's stored inputs and fp32 logits and the loss buffers; and the backward of a layer
@@ -471,7 +500,7 @@ def stage_layout_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     # and autograd frees their saved tensors once they have run, so at the re-run layer's instant
     # the output buffers are gone (they count only while the stage's micro-batch sits at the loss).
     remat_t = np.where(n_rc > 0, remat, 0.0)
-    loss_t = np.where(has_output, LOSS_EXTRA_BYTES_PER_LOGIT * T * V / x.tp, 0.0)
+    loss_t = np.where(has_output, logit_extra * T * V / x.tp, 0.0)
     at_loss = output + loss_t >= remat_t
 
     # -- ZeRO-3 / FSDP gathers (counted when the plan shards its parameters: stage_memory_bytes)
@@ -508,7 +537,7 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     d = shard_degree(x)
     whole = (x.zero >= 2) & ~x.grad_mb
     kw = dict(grad_bf16_copy=x.grad_bf16, optimizer_offload=x.opt_offload, grads_whole=whole,
-              moment_bytes=x.moment_bytes)
+              moment_bytes=x.moment_bytes, master_bytes=x.master_bytes)
     states = model_state_bytes(psi - psi_e, x.zero, d, x.fp32_grads, **kw)
     if np.any(psi_e):  # routed experts: their states over the expert-data-parallel group (none: + 0)
         states_e = model_state_bytes(psi_e, x.zero, x.tp * x.cp * x.dp // (x.ep * x.etp), x.fp32_grads, **kw)
@@ -534,7 +563,8 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
 
     backward_moment = states_total + activations + transient + gather
     opt_params = np.where(x.zero >= 1, psi / d, psi)
-    temp = OPTIMIZER_TEMP_BYTES_PER_PARAM * opt_params
+    # foreach Adam's sqrt(v) is in the second moment's dtype: 4 B fp32 (the constant), 2 B bf16
+    temp = OPTIMIZER_TEMP_BYTES_PER_PARAM * (x.moment_bytes / 4.0) * opt_params
     if eff.zero3_flat:  # DeepSpeed ZeRO-3: the fp32 gradient of one sub-group at a time
         temp = DS_STEP_TEMP_BYTES_PER_PARAM * np.minimum(opt_params, DS_SUB_GROUP_PARAMS)
     opt_temp = np.where(x.opt_offload | (x.zero < 3) | (d <= 1), 0.0, temp)

@@ -73,6 +73,8 @@ PP_SCHEDULE_CODES = {"1f1b": 0, "dualpipe": 1}
 GRAD_REDUCE_CODES = {"default": 0, "step": 1, "microbatch": 2}
 #: Bytes of each Adam moment per parameter by Plan.adam_moments_dtype (fp32 4, bf16 2).
 MOMENT_BYTES = {"fp32": 4.0, "bf16": 2.0}
+#: Plan.cross_entropy coded for PlanArrays.ce (memory.LOSS_BYTES_PER_LOGIT is indexed by it).
+CROSS_ENTROPY_CODES = {"pytorch": 0, "megatron": 1, "te": 2, "pytorch_bf16": 3}
 
 
 def grad_per_microbatch(code, zero, pp):
@@ -177,6 +179,15 @@ class Plan(NoBoolNumbers):
         default=False, description="the gated MLPs' activation (SwiGLU) inputs kept for the backward as FP8, 1 B "
         "instead of 2 B per element, in dense, shared and routed experts' MLPs (Megatron-Core "
         "activation_func_fp8_input_store; DeepSeek-V3 report Sec. 3.3.3); no effect on ungated MLPs")
+    cross_entropy: Literal["pytorch", "pytorch_bf16", "megatron", "te"] = Field(
+        default="pytorch", description="loss implementation, bytes per logit at the loss: pytorch (unfused "
+        "cross_entropy on fp32 logits, torchtitan's: 4 stored + 8 at its backward), pytorch_bf16 (the same on "
+        "bf16 logits: 2 + 4), megatron (Megatron-Core vocab_parallel_cross_entropy, in place on an fp32 copy: "
+        "4 + 2), te (Transformer Engine parallel_cross_entropy, gradient written into the bf16 logits: 2 + 0)")
+    fp32_master_weights: bool = Field(
+        default=True, description="the optimizer keeps fp32 master weights (4 B/param of its shard: Megatron, "
+        "DeepSpeed, FSDP2 on fp32 parameters); off: it steps the bf16 parameters themselves (torch Adam on a "
+        "bf16 model, its moments then bf16: set adam_moments_dtype bf16)")
 
 
     @model_validator(mode="before")
