@@ -168,9 +168,9 @@ class EfficiencySpec(_Frozen):
       H100, NeMo AutoModel on H100, the DeepSeek-V3 production run on H800 -- and the dense SFT
       Llama-3-70B rows 1011-1014 on GB200/GB300, with a GEMM efficiency per die and a fused-attention
       efficiency for Blackwell); the systems with rows carry them, with the rows each term saw, in the
-      megatron entries of ``hardware/efficiency_profiles.yaml``. Median error 16.6%, p90 34.9%
-      (floors 10%/20% not met); leave-one-model-out DeepSeek-V3 21.6%, Qwen3-235B 15.0%. The MoE terms
-      are weakly identified (``ep_overlap`` 0.72-0.82 and ``attention_eff`` 0.41-0.64 across the
+      megatron entries of ``hardware/efficiency_profiles.yaml``. Median error 16.8%, p90 44.7%
+      (floors 10%/20% not met); leave-one-model-out DeepSeek-V3 21.7%, Qwen3-235B 15.3%. The MoE terms
+      are weakly identified (``ep_overlap`` 0.66-0.79 and ``attention_eff`` 0.35-0.53 across the
       leave-one-model-out refits) and the rows disagree by container version (the same configuration
       2x apart, in opposite directions for two models): see the benchmark's output.
     """
@@ -193,10 +193,10 @@ class EfficiencySpec(_Frozen):
     # peak (planner.costmodel.memory.MEMORY_FIT_NOTE; leave-one-table-out fits 0.27-0.38)
     fragmentation: float = Field(default=0.31, ge=0, le=10)
     step_overhead_s: float = Field(default=0.05, ge=0, le=1e4)
-    a2a_bw_eff: float = Field(default=0.9365, gt=0, le=1)
-    grouped_gemm_eff: float = Field(default=0.7834, gt=0, le=1)
-    ep_overlap: float = Field(default=0.8153, ge=0, le=1)
-    moe_membound_eff: float = Field(default=0.1596, gt=0, le=1)
+    a2a_bw_eff: float = Field(default=0.9363, gt=0, le=1)
+    grouped_gemm_eff: float = Field(default=0.7795, gt=0, le=1)
+    ep_overlap: float = Field(default=0.7856, ge=0, le=1)
+    moe_membound_eff: float = Field(default=0.1767, gt=0, le=1)
     kernel_fusion: Literal["fused", "compiled", "eager"] = Field(
         default="fused", description="how the framework runs the element-wise ops between GEMMs: fused "
         "(Transformer Engine / Megatron kernels), compiled (torch.compile, one Inductor kernel per chain), "
