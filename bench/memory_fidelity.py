@@ -336,9 +336,9 @@ def ran_over_capacity() -> tuple[list[str], list[str]]:
 #: misses and what the sources leave unknown (printed beside the row; nothing here enters a figure).
 MOE_OVER_CAPACITY_NOTES = {
     ("megatron-bridge", "gpt-oss-120b"):
-        "not modelled: the precision-aware optimizer the perf scripts turn on for bf16 (utils/overrides.py; "
-        "Megatron-Core's store_param_remainders keeps 2 B of the fp32 master weights beside the bf16 weights "
-        "instead of 4 B)",
+        "the 25.11 table prints MBS 4 at pp 4; GPT_OSS_120B_H100_BF16_BASE_CONFIG (Megatron-Bridge@0465189 "
+        "scripts/performance/configs/gpt_oss/workload_base_configs.py) runs micro_batch_size 1; the table's "
+        "GA 2 fits neither (512 / (dp 16 x 4) = 8): the row's configuration is not settled",
 }
 
 

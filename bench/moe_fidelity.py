@@ -191,10 +191,10 @@ def recipe_for(row: dict) -> dict | None:
 
 #: Plan fields a recipe entry of bench/moe_recipes.yaml may set (memory settings; issue 11).
 RECIPE_PLAN_FIELDS = ("fp32_grads", "adam_moments_dtype", "act_fp8_input_store", "cross_entropy",
-                      "fp32_master_weights", "reshard_after_forward")
+                      "master_weights", "reshard_after_forward")
 
 
-def memory_settings(group: str, model_key: str, rec: dict | None) -> dict:
+def memory_settings(group: str, model_key: str, rec: dict | None, precision: str = "") -> dict:
     """The memory settings (Plan fields) a row's framework runs with, each from its source; a recipe
     entry's own keys win. Megatron-Bridge's MoE perf scripts reduce and accumulate gradients in bf16
     (``grad_reduce_in_fp32 = False``) at every release the rows ran: r0.1.0 (684a686)
@@ -206,7 +206,12 @@ def memory_settings(group: str, model_key: str, rec: dict | None) -> dict:
     Transformer Engine's cross entropy (``cross_entropy_fusion_impl = "te"`` over the model provider's
     ``cross_entropy_loss_fusion = True``, src/megatron/bridge/models/gpt_provider.py): r0.1.0
     scripts/performance/configs/{deepseek,qwen3}/*.yaml; r0.2.0 utils/helpers.py; r0.3.0-r0.5.0
-    utils/overrides.py (``_set_common_perf_overrides``).
+    utils/overrides.py (``_set_common_perf_overrides``). In bf16 they run Megatron-Core's
+    precision-aware optimizer (``use_precision_aware_optimizer = True`` when ``compute_dtype == "bf16"``:
+    r0.1.0 scripts/performance/run_script.py, r0.2.0 utils/helpers.py, r0.3.0-r0.5.0 utils/overrides.py),
+    which keeps bf16 weights' fp32 masters as 16-bit remainders (``store_param_remainders``, default True,
+    megatron/core/optimizer/distrib_optimizer.py@d98e8a64); in FP8 recipes with FP8 weights it does not
+    (``use_precision_aware_optimizer_no_fp8_or_ds_fp8``): fp32 masters there.
 
     NeMo AutoModel's MoE benchmarks (Automodel@34f73e9) train a bf16 model without master weights:
     the custom MoE models are cast to bf16 (components/models/deepseek_v3/model.py ``self.to(dtype)``,
@@ -221,8 +226,10 @@ def memory_settings(group: str, model_key: str, rec: dict | None) -> dict:
         out["cross_entropy"] = "te"
         if model_key == "deepseek-v3":
             out["adam_moments_dtype"] = "bf16"
+        if precision == "bf16":
+            out["master_weights"] = "bf16_remainder"
     if group == "nemo-automodel":
-        out.update(fp32_grads=False, fp32_master_weights=False, adam_moments_dtype="bf16",
+        out.update(fp32_grads=False, master_weights="none", adam_moments_dtype="bf16",
                    cross_entropy="pytorch_bf16")
     out.update({k: rec[k] for k in RECIPE_PLAN_FIELDS if rec and k in rec})
     return out
@@ -277,7 +284,7 @@ def _row_candidates(row: dict, model: ModelSpec, group: str, gpu: str, n: int, m
         overlaps = [bool(rec["moe_overlap"])]
     elif group == "megatron-bridge" and not said_overlap:
         assumed.append("moe_overlap")
-    mem_kw = memory_settings(group, model_key, rec)
+    mem_kw = memory_settings(group, model_key, rec, precision)
     out = []
     for e_tp, v, b, r, ov, disp, ep in product(etps, vpps, mbs, rcs, overlaps, dispatchers, eps):
         if n % (tp * pp * cp):

@@ -590,15 +590,18 @@ def test_cross_entropy_bytes_per_logit(impl, stored, extra):
                                                                                    rel=1e-9, abs=1e-9)
 
 
-def test_without_fp32_master_weights_the_optimizer_keeps_only_the_moments():
+def test_master_weights_as_remainders_or_none():
     """torch.optim.Adam on a bf16 model (NeMo AutoModel's MoE benchmarks): no 4 B master copy; its
-    moments in the parameters' dtype: 2 x 2 B against Megatron's 4 + 2 x 4."""
+    moments in the parameters' dtype: 2 x 2 B against Megatron's 4 + 2 x 4. Megatron-Core's
+    precision-aware optimizer on bf16 weights keeps 16-bit remainders: 2 + 2 x 4."""
     import plan_search as ps
 
     kw = dict(BASE, zero=1)
     full = ps.estimate("llama3.1-70b", "h100-sxm", memory_headroom=0.0, **kw)
-    pure = ps.estimate("llama3.1-70b", "h100-sxm", memory_headroom=0.0, fp32_master_weights=False,
+    pure = ps.estimate("llama3.1-70b", "h100-sxm", memory_headroom=0.0, master_weights="none",
                        adam_moments_dtype="bf16", **kw)
     assert pure.memory.optimizer_gib == pytest.approx(full.memory.optimizer_gib * 4 / 12, rel=1e-12)
-    fp32_moments = ps.estimate("llama3.1-70b", "h100-sxm", memory_headroom=0.0, fp32_master_weights=False, **kw)
+    fp32_moments = ps.estimate("llama3.1-70b", "h100-sxm", memory_headroom=0.0, master_weights="none", **kw)
     assert fp32_moments.memory.optimizer_gib == pytest.approx(full.memory.optimizer_gib * 8 / 12, rel=1e-12)
+    rem = ps.estimate("llama3.1-70b", "h100-sxm", memory_headroom=0.0, master_weights="bf16_remainder", **kw)
+    assert rem.memory.optimizer_gib == pytest.approx(full.memory.optimizer_gib * 10 / 12, rel=1e-12)

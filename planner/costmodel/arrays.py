@@ -15,7 +15,8 @@ import numpy as np
 from plan_search.planner.costmodel.plan import GRAD_REDUCE_CODES, grad_per_microbatch
 from plan_search.planner.costmodel.plan import bf16_layers_of
 from plan_search.planner.costmodel.plan import DISPATCHER_CODES, PRECISION_CODES, RECOMPUTE_CODES, Plan
-from plan_search.planner.costmodel.plan import CROSS_ENTROPY_CODES, MOMENT_BYTES, PP_SCHEDULE_CODES
+from plan_search.planner.costmodel.plan import CROSS_ENTROPY_CODES, MASTER_WEIGHT_BYTES, MOMENT_BYTES
+from plan_search.planner.costmodel.plan import PP_SCHEDULE_CODES
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class PlanArrays:
     moment_bytes: np.ndarray  # float: bytes of each Adam moment (Plan.adam_moments_dtype: fp32 4, bf16 2)
     act_fp8: np.ndarray  # bool: Plan.act_fp8_input_store
     ce: np.ndarray  # Plan.cross_entropy coded as plan.CROSS_ENTROPY_CODES
-    master_bytes: np.ndarray  # float: fp32 master weights per parameter (Plan.fp32_master_weights: 4, off 0)
+    master_bytes: np.ndarray  # float: master-weight bytes per parameter (Plan.master_weights: 4, 2 or 0)
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -128,7 +129,7 @@ class PlanArrays:
                 bf16_frac=bf16_layers_of(p.precision, p.bf16_layers, num_layers) / max(num_layers, 1),
                 lowp_params=p.lowp_params, pp_sched=PP_SCHEDULE_CODES[p.pp_schedule],
                 moment_bytes=MOMENT_BYTES[p.adam_moments_dtype], act_fp8=p.act_fp8_input_store,
-                ce=CROSS_ENTROPY_CODES[p.cross_entropy], master_bytes=4.0 if p.fp32_master_weights else 0.0,
+                ce=CROSS_ENTROPY_CODES[p.cross_entropy], master_bytes=MASTER_WEIGHT_BYTES[p.master_weights],
             )
             for k, v in vals.items():
                 cols[k].append(v)

@@ -340,13 +340,16 @@ def embedding_times(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> di
 
 #: fp32 master weights kept by the optimizer, bytes per parameter (with bf16 Adam moments too:
 #: DeepSeek-V3 report Sec. 3.3.3 keeps master weights in FP32; Megatron-Core's precision-aware
-#: optimizer defaults --main-params-dtype fp32). ``PlanArrays.master_bytes`` is this or 0
-#: (``Plan.fp32_master_weights`` off: the optimizer steps the bf16 parameters themselves).
+#: optimizer defaults --main-params-dtype fp32). ``PlanArrays.master_bytes`` is this, 2 (its
+#: ``store_param_remainders`` on bf16 weights: megatron/core/optimizer/distrib_optimizer.py@d98e8a64
+#: allocates ``master_param`` as int16 when ``store_param_remainders and bf16``; optimizer_config.py:
+#: default True) or 0 (``Plan.master_weights`` none: the optimizer steps the bf16 parameters).
 MASTER_WEIGHT_BYTES = 4.0
 
 
 def optimizer_state_bytes_per_param(moment_bytes, master_bytes=MASTER_WEIGHT_BYTES):
-    """Adam's optimizer states per parameter: the master weights (``master_bytes``: 4 fp32, 0 without)
+    """Adam's optimizer states per parameter: the master weights (``master_bytes``: 4 fp32, 2 as bf16
+    remainders, 0 without)
     plus two moments of ``moment_bytes`` each (``PlanArrays.moment_bytes``: 4 fp32, the Megatron-Core
     default; 2 bf16, ``--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``, DeepSeek-V3's): 12, 8 or 4 B."""
     return np.asarray(master_bytes, dtype=float) + 2.0 * np.asarray(moment_bytes, dtype=float)

@@ -13,8 +13,8 @@ accumulates the unsharded gradient in its ``reduce_dtype``) stay whole: ``g psi`
 Knobs: ``grad_bf16_copy`` adds the bf16 gradients DeepSpeed's BF16_Optimizer keeps beside its
 fp32 accumulator (+2 B/param, sharded like the gradients); ``optimizer_offload`` moves the 12 B
 of optimizer state to host memory (ZeRO-Offload, Ren et al. 2021); ``adam_moments_dtype`` bf16 keeps
-the two moments at 2 B (12 -> 8 B), ``fp32_master_weights`` off drops the 4 B master copy (the
-optimizer steps the bf16 parameters: :func:`compute.optimizer_state_bytes_per_param`).
+the two moments at 2 B (12 -> 8 B), ``master_weights`` keeps the master copy as 16-bit remainders
+(2 B) or none (the optimizer steps the bf16 parameters: :func:`compute.optimizer_state_bytes_per_param`).
 
 **Activations** per layer and micro-batch (Korthikanti et al. 2022, Table 2, generalised to GQA
 and gated MLPs, bytes per token): the region replicated over tensor-parallel ranks unless
@@ -252,7 +252,7 @@ def model_state_bytes(params_local, zero, dp, fp32_grads, grad_bf16_copy=False, 
     """Weights, gradients and optimizer states per GPU for ``params_local`` parameters sharded
     over ``dp`` ranks. ``grads_whole``: ZeRO-2/3 gradients reduced once per step (kept whole).
     ``moment_bytes``: bytes of each Adam moment (``Plan.adam_moments_dtype``), ``master_bytes`` of the
-    master weights (``Plan.fp32_master_weights``): the optimizer states are
+    master weights (``Plan.master_weights``): the optimizer states are
     :func:`compute.optimizer_state_bytes_per_param`."""
     psi = np.asarray(params_local, dtype=float)
     d = np.asarray(dp, dtype=float)

@@ -74,6 +74,8 @@ GRAD_REDUCE_CODES = {"default": 0, "step": 1, "microbatch": 2}
 #: Bytes of each Adam moment per parameter by Plan.adam_moments_dtype (fp32 4, bf16 2).
 MOMENT_BYTES = {"fp32": 4.0, "bf16": 2.0}
 #: Plan.cross_entropy coded for PlanArrays.ce (memory.LOSS_BYTES_PER_LOGIT is indexed by it).
+#: Bytes per parameter of the optimizer's master weights by Plan.master_weights.
+MASTER_WEIGHT_BYTES = {"fp32": 4.0, "bf16_remainder": 2.0, "none": 0.0}
 CROSS_ENTROPY_CODES = {"pytorch": 0, "megatron": 1, "te": 2, "pytorch_bf16": 3}
 
 
@@ -184,10 +186,11 @@ class Plan(NoBoolNumbers):
         "cross_entropy on fp32 logits, torchtitan's: 4 stored + 8 at its backward), pytorch_bf16 (the same on "
         "bf16 logits: 2 + 4), megatron (Megatron-Core vocab_parallel_cross_entropy, in place on an fp32 copy: "
         "4 + 2), te (Transformer Engine parallel_cross_entropy, gradient written into the bf16 logits: 2 + 0)")
-    fp32_master_weights: bool = Field(
-        default=True, description="the optimizer keeps fp32 master weights (4 B/param of its shard: Megatron, "
-        "DeepSpeed, FSDP2 on fp32 parameters); off: it steps the bf16 parameters themselves (torch Adam on a "
-        "bf16 model, its moments then bf16: set adam_moments_dtype bf16)")
+    master_weights: Literal["fp32", "bf16_remainder", "none"] = Field(
+        default="fp32", description="the optimizer's master weights, B/param of its shard: fp32 4 (Megatron, "
+        "DeepSpeed, FSDP2 on fp32 parameters), bf16_remainder 2 (Megatron-Core's precision-aware optimizer "
+        "on bf16 weights: the low 16 bits beside the bf16 weight, store_param_remainders), none 0 (torch Adam "
+        "stepping a bf16 model; its moments then bf16: set adam_moments_dtype bf16)")
 
 
     @model_validator(mode="before")
