@@ -605,3 +605,22 @@ def test_master_weights_as_remainders_or_none():
     assert fp32_moments.memory.optimizer_gib == pytest.approx(full.memory.optimizer_gib * 8 / 12, rel=1e-12)
     rem = ps.estimate("llama3.1-70b", "h100-sxm", memory_headroom=0.0, master_weights="bf16_remainder", **kw)
     assert rem.memory.optimizer_gib == pytest.approx(full.memory.optimizer_gib * 10 / 12, rel=1e-12)
+
+
+def test_dualpipe_mtp_shares_the_embedding_of_the_rank_holding_both_ends():
+    """DeepSeek-V3 report Sec. 3.2.3: DualPipe puts the shallowest layers (with the embedding) and the
+    deepest (with the output head and the MTP module) on one PP rank, so the MTP module shares that
+    embedding: both end GPUs hold the same two stages and the same weights. Under 1F1B the MTP stage
+    builds its own copy of the embedding (Megatron-Core), ``V h / tp`` parameters more than it would."""
+    from plan_search.planner.costmodel import experts
+
+    m = get_model("deepseek-v3")
+    c = get_cluster("h800")
+    kw = dict(DSV3_PROD, first_stage_layers=3, last_stage_layers=2)
+    dual = PlanArrays.from_plans([Plan(**kw)], m.num_layers)
+    one = PlanArrays.from_plans([Plan(**dict(kw, pp_schedule="1f1b"))], m.num_layers)
+    ends = [memory.stage_memory_bytes(m, c, dual, st)["weights"][0] for st in ("first", "last")]
+    assert ends[0] == pytest.approx(ends[1], rel=1e-12)
+    mtp_dual = experts.mtp_nonexpert_params_local(m, dual, "last")[0]
+    mtp_one = experts.mtp_nonexpert_params_local(m, one, "last")[0]
+    assert mtp_one - mtp_dual == pytest.approx(m.vocab_size * m.hidden_size, rel=1e-12)
