@@ -347,10 +347,11 @@ MOE_OVER_CAPACITY_NOTES = {
 _DIFFERS = {"mb": "micro_batch", "vp": "vpp", "ep": "ep", "pp": "pp", "gb": "global_batch"}
 
 
-def recipe_degrees_figure(run, cluster) -> str:
+def recipe_degrees_figure(run, cluster) -> tuple[str, bool]:
     """For a row whose recipe (bench/moe_recipes.yaml) names degrees that differ from its published
-    table's: the least figure at capacity with the recipe's degrees instead -- which of the two ran
-    is unknown (the benchmark prices the table's); '' when the recipe names none or none is valid."""
+    table's: (what the least figure at capacity is with the recipe's degrees instead -- which of the
+    two ran is unknown, the benchmark prices the table's --, whether it fits); ('', False) when the
+    recipe names none or none is valid."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from moe_fidelity import recipe_for
     from plan_search.models.io import InputError
@@ -367,7 +368,7 @@ def recipe_degrees_figure(run, cluster) -> str:
         if k in _DIFFERS:
             upd[_DIFFERS[k]] = 1 if v == "None" else int(v)
     if not upd:
-        return ""
+        return "", False
     plans = []
     for p in run.candidates:
         d = dict(p.model_dump(), **upd)
@@ -379,21 +380,23 @@ def recipe_degrees_figure(run, cluster) -> str:
             continue
         plans.append(q)
     if not plans:
-        return ""
-    mem, _, _ = memory_fit(run.model, cluster, PlanArrays.from_plans(plans, run.model.num_layers))
+        return "", False
+    mem, _, fits = memory_fit(run.model, cluster, PlanArrays.from_plans(plans, run.model.num_layers))
     what = ", ".join(f"{k} {v}" for k, v in upd.items())
     return (f"with its recipe's {what} (the table prints otherwise; which ran is unknown): "
-            f"{float(np.min(mem['total'])) / memory.GIB:.1f} GiB")
+            f"{float(np.min(mem['total'])) / memory.GIB:.1f} GiB"), bool(fits.any())
 
 
-def moe_rows_check() -> list[str]:
+def moe_rows_check() -> tuple[list[str], list[str]]:
     """Every MoE row of planner/runs_2026_12.csv that ran, completed as bench/moe_fidelity.py
     completes it (its loader: printed degrees, bench/moe_recipes.yaml's recipe settings -- recompute
     modules, etp, dispatcher, MTP depth, the report's or recipe's memory settings -- and, where a
     source leaves a knob open, every value it admits), priced on its GPU as the API prices plans:
     the least-memory candidate's figure at capacity (``needed``, what feasibility is judged on)
     against the GPU's capacity. Rows the loader cannot complete are printed with its reason: their
-    configuration is unknown, not guessed. Returns the rows predicted above capacity."""
+    configuration is unknown, not guessed. Returns the rows predicted above capacity, and those of
+    them whose configuration is not settled (their recipe's degrees, which differ from the printed
+    ones, fit)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from moe_fidelity import load_moe_runs  # the one configuration completion (not copied)
 
@@ -402,7 +405,7 @@ def moe_rows_check() -> list[str]:
           f"loader; the least-memory candidate where the source leaves knobs open), needed at capacity vs capacity:")
     print(f"{'row':>5s} {'model':16s} {'GPU':12s} {'GPUs':>5s} {'source':22s} {'plan (least memory)':40s} {'states':>7s} "
           f"{'acts':>6s} {'trans':>6s} {'slack':>6s} {'needed':>7s} {'cap.':>6s}  knobs open / notes")
-    over = []
+    over, unsettled, tight = [], [], []
     G = memory.GIB
     for r in runs:
         c = get_cluster(r.gpu)
@@ -415,14 +418,18 @@ def moe_rows_check() -> list[str]:
                                 ("bf16-grads", not p.fp32_grads)) if v]
         label = f"{p.label} {p.precision} rc={p.recompute}{' ' + ','.join(extra) if extra else ''}"
         flag = ""
+        if fits.any() and need > c.gpu.memory_gib * (1.0 - memory.DEFAULT_MEMORY_HEADROOM):
+            tight.append(f"{r.index} ({need:.1f} of {c.gpu.memory_gib:.1f})")
         if not fits.any():
             flag = " ABOVE CAPACITY"
             over.append(f"{r.index} ({r.model_key} {r.gpu} x{r.n}, {need:.1f} of {c.gpu.memory_gib:.1f} GiB)")
         notes = ("open: " + ",".join(r.assumed)) if r.assumed else ""
         if flag:
-            alt = recipe_degrees_figure(r, c)
+            alt, alt_fits = recipe_degrees_figure(r, c)
             if alt:
                 notes += ("; " if notes else "") + alt
+            if alt_fits:
+                unsettled.append(str(r.index))
         if flag and (r.group, r.model_key) in MOE_OVER_CAPACITY_NOTES:
             notes += ("; " if notes else "") + MOE_OVER_CAPACITY_NOTES[(r.group, r.model_key)]
         print(f"{r.index:5d} {r.model_key[:16]:16s} {r.gpu[:12]:12s} {r.n:5d} {r.group[:22]:22s} {label[:40]:40s} "
@@ -432,8 +439,11 @@ def moe_rows_check() -> list[str]:
     for label, why in skipped:
         print(f"  not priced, configuration not complete: {label}: {why}")
     print(f"MoE runs that ran predicted above capacity: {len(over)} of {len(runs)}"
-          f"{': ' + '; '.join(over) if over else ''}")
-    return over
+          f"{': ' + '; '.join(over) if over else ''}"
+          f"{f' (configuration not settled: {chr(44).join(unsettled)}; the recipe degrees fit)' if unsettled else ''}")
+    print(f"MoE runs that fit but are refused at the default headroom ({100 * memory.DEFAULT_MEMORY_HEADROOM:.0f}%, "
+          f"'tight'): {len(tight)}{': ' + '; '.join(tight) if tight else ''}")
+    return over, unsettled
 
 
 def main() -> int:
@@ -461,11 +471,11 @@ def main() -> int:
           f"{'; '.join(all_over) if all_over else 'none'}")
     print(f"refused at the default headroom ({100 * memory.DEFAULT_MEMORY_HEADROOM:.0f}%): "
           f"{'; '.join(all_refused) if all_refused else 'none'}")
-    moe_over = moe_rows_check()
+    moe_over, moe_unsettled = moe_rows_check()
     print(f"floors: median <= 8%: {'MET' if med <= 0.08 else 'NOT MET'}; no run that ran above capacity: "
           f"{'MET' if not over else 'NOT MET ' + str(over)} on the measured rows, "
           f"{'MET' if not all_over else f'NOT MET ({len(all_over)} row)'} over every dense run, "
-          f"{'MET' if not moe_over else f'NOT MET ({len(moe_over)} rows)'} over every MoE run; "
+          f"{'MET' if not moe_over else f'NOT MET ({len(moe_over)} rows, {len(moe_unsettled)} of them with a configuration not settled)'} over every MoE run; "
           f"every published OOM predicted not to fit: "
           f"{'MET' if oom_ok else 'NOT MET'}; refused at the default headroom: {refused or 'none'} of the measured rows, "
           f"{len(all_refused)} of every dense run (memory.DEFAULT_MEMORY_HEADROOM says why)")
