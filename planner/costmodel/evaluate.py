@@ -31,7 +31,7 @@ from plan_search.planner.costmodel import comm
 from plan_search.planner.costmodel import dispatch
 from plan_search.planner.costmodel import memory
 from plan_search.planner.costmodel import step
-from plan_search.planner.costmodel.arrays import LAYOUT_FREE, PlanArrays, gather, group_rows
+from plan_search.planner.costmodel.arrays import LAYOUT_FREE, PlanArrays, group_rows
 
 GIB = memory.GIB
 CHECKPOINT_BYTES_PER_PARAM = 14.0
@@ -176,9 +176,9 @@ def search_figures(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, tokens
 
 #: The search shares the per-layout terms (:class:`LayoutTerms`); False prices every candidate on
 #: its own. The figures are the same, bit for bit, either way (tests/test_layout_terms.py). CPU time
-#: of the warm search, medians of 9 alternated runs on this 2-core machine (load ~5): GPT-3 175B
-#: 0.217 -> 0.205 s, DeepSeek-V3 (<= 4,096 H100) 0.559 -> 0.412 s (heavier per-layer terms: expert
-#: GEMMs, dispatch, MLA, MTP).
+#: of the warm search, medians of alternated runs (9 and 3) on this 2-core machine (load ~4): GPT-3
+#: 175B 0.227 -> 0.214 s, DeepSeek-V3 (<= 4,096 H100) 0.551 -> 0.372 s (heavier per-layer terms:
+#: expert GEMMs, dispatch, MLA, MTP).
 SHARE_TERMS = True
 
 
@@ -232,20 +232,21 @@ class LayoutTerms:
             mem = {st: memory.stage_layout_terms(self.model, self.cluster, xn, st, layer) for st in memory.STAGES}
             kn = [k[new_rows] for k in key]
             if not n_old:
-                self.xu, self._key, self._mem = xn, kn, mem
+                self.xu, self._key, self._mem = xn, kn, _Table(mem, len(new_rows))
             else:
                 self.xu = PlanArrays(**{f.name: np.concatenate([getattr(self.xu, f.name), getattr(xn, f.name)])
                                         for f in fields(PlanArrays)})
                 self._key = [np.concatenate([a, b]) for a, b in zip(self._key, kn)]
-                self._mem = _concat_terms(self._mem, mem)
+                self._mem.grow(len(new_rows))
+                self._mem.put(slice(n_old, None), mem)
             self._have = np.concatenate([self._have, np.zeros(len(new_rows), dtype=bool)])
             if self._step is not None:
-                self._step = _concat_terms(self._step, _alloc_like(self._step, len(new_rows)))
+                self._step.grow(len(new_rows))
         return inv_x
 
     def memory(self, groups) -> dict:
         """:func:`memory.stage_layout_terms` per stage of rows of these ``groups`` (``peak_memory``'s ``_terms``)."""
-        return gather(self._mem, groups)
+        return self._mem.take(groups)
 
     def step(self, groups) -> dict:
         """:func:`step.layout_terms` of rows of these ``groups`` (``step_time``'s ``_terms``); the
@@ -255,35 +256,104 @@ class LayoutTerms:
         if len(todo):
             new = step.layout_terms(self.model, self.cluster, self.xu.take(todo))
             if self._step is None:
-                self._step = _alloc_like(new, len(self._have))
-            _put(self._step, todo, new)
+                self._step = _Table({}, len(self._have))
+            self._step.put(todo, new)
             self._have[todo] = True
-        return gather(self._step, groups)
+        return self._step.take(groups)
+
+
+class _Table:
+    """Terms (nested dicts of float arrays, or float scalars: the same for every group) of the groups
+    as one ``terms x groups`` array. :meth:`take` gives the rows of many candidates as a mapping that
+    gathers a term when it is read (a term a plan's formula skips -- the activation-offload cap
+    without offload -- is never gathered; gathering costs about what four array operations do)."""
+
+    def __init__(self, terms: dict, n: int):
+        self.const: dict = {}  # path -> scalar, the same for every group so far
+        self.data = np.empty((0, n))
+        self.row: dict = {}  # path -> its row of data
+        self.put(slice(None), terms)
+
+    def put(self, idx, terms: dict) -> None:
+        for path in _paths(terms):
+            v = terms
+            for k in path:
+                v = v[k]
+            if np.asarray(v).dtype != np.float64:  # a float64 table holds them exactly
+                raise TypeError(f"layout term {'.'.join(path)}: {np.asarray(v).dtype}, not float64")
+            if path not in self.row and path not in self.const and np.ndim(v) == 0:
+                self.const[path] = v
+                continue
+            if path in self.const:
+                if np.ndim(v) == 0 and v == self.const[path]:
+                    continue
+                fill = np.full((1, self.data.shape[1]), self.const.pop(path))  # now varies: a row
+                self.row[path], self.data = len(self.data), np.concatenate([self.data, fill])
+            elif path not in self.row:
+                self.row[path], self.data = len(self.data), np.concatenate([self.data, np.empty((1, self.data.shape[1]))])
+            self.data[self.row[path], idx] = v
+
+    def grow(self, n: int) -> None:
+        self.data = np.concatenate([self.data, np.empty((len(self.data), n))], axis=1)
+
+    def take(self, groups) -> dict:
+        out: dict = {}
+        for path, v in self.const.items():
+            _nest(out, path, v)
+        for path, i in self.row.items():
+            _nest(out, path, _Rows(self.data[i], groups))
+        return _resolve(out)
+
+
+class _Rows:
+    """One term's rows, gathered when read (np.take: contiguous; ``a[:, idx]`` of the table is not)."""
+
+    __slots__ = ("row", "groups")
+
+    def __init__(self, row, groups):
+        self.row, self.groups = row, groups
+
+
+class _LazyTerms(dict):
+    """A dict whose :class:`_Rows` values are gathered on first read."""
+
+    def __getitem__(self, k):
+        v = dict.__getitem__(self, k)
+        if isinstance(v, _Rows):
+            v = np.take(v.row, v.groups)
+            dict.__setitem__(self, k, v)
+        return v
+
+    def items(self):
+        return ((k, self[k]) for k in self.keys())
+
+    def values(self):
+        return (self[k] for k in self.keys())
+
+
+def _nest(out: dict, path: tuple, v) -> None:
+    d = out
+    for k in path[:-1]:
+        d = d.setdefault(k, {})
+    d[path[-1]] = v
+
+
+def _resolve(d: dict) -> "_LazyTerms":
+    return _LazyTerms({k: _resolve(v) if isinstance(v, dict) and not isinstance(v, _LazyTerms) else v
+                       for k, v in d.items()})
+
+
+def _paths(terms: dict, pre: tuple = ()) -> list:
+    out = []
+    for k, v in terms.items():
+        out += _paths(v, pre + (k,)) if isinstance(v, dict) else [pre + (k,)]
+    return out
 
 
 def _same_constant(a, b) -> bool:
     """Both key columns one and the same value (the column can stay out of the key)."""
     b_const = b.strides[0] == 0 or len(b) == 0
     return bool(b_const and len(b) and (len(a) == 0 or (a.min() == b[0] and a.max() == b[0])))
-
-
-def _concat_terms(a: dict, b: dict) -> dict:
-    return {k: _concat_terms(v, b[k]) if isinstance(v, dict) else (v if np.ndim(v) == 0 else np.concatenate([v, b[k]]))
-            for k, v in a.items()}
-
-
-def _alloc_like(terms: dict, n: int) -> dict:
-    """Arrays of ``n`` rows shaped as ``terms``' (a scalar term, the same for every row, stays one)."""
-    return {k: _alloc_like(v, n) if isinstance(v, dict) else
-            (v if np.ndim(v) == 0 else np.empty(n, dtype=np.asarray(v).dtype)) for k, v in terms.items()}
-
-
-def _put(dst: dict, idx, src: dict) -> None:
-    for k, v in src.items():
-        if isinstance(v, dict):
-            _put(dst[k], idx, v)
-        elif np.ndim(dst[k]):
-            dst[k][idx] = v
 
 
 BOTTLENECKS = ("compute", "hbm_bandwidth", "nvlink", "nic", "all-to-all (nvlink)", "all-to-all (nic)", "bubble",

@@ -468,12 +468,14 @@ def stage_layout_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     layers = {"first": x.first, "middle": x.mid, "last": x.last}[stage].astype(float)
     has_output = (x.pp == 1) | (stage == "last")
     psi = stage_params(model, x, stage)
-    psi_e = experts.stage_expert_params(model, x, stage)  # sharded over the edp group instead
     # DualPipe: GPU i also holds stage pp-1-i (the first GPU the last stage; DeepSeek-V3 report Table 2: 2x weights)
     mirror = {"first": "last", "middle": "middle", "last": "first"}[stage]
     dual = x.pp_sched == 1
     psi = np.where(dual, psi + stage_params(model, x, mirror), psi)
-    psi_e = np.where(dual, psi_e + experts.stage_expert_params(model, x, mirror), psi_e)
+    psi_e = 0.0  # routed-expert parameters, sharded over the edp group instead: none in a dense model
+    if model.is_moe:
+        psi_e = experts.stage_expert_params(model, x, stage)
+        psi_e = np.where(dual, psi_e + experts.stage_expert_params(model, x, mirror), psi_e)
 
     # -- stored activations (Korthikanti accounting)
     stored, recomputed, remat = _layer if _layer is not None else _layer_bytes(model, x)
@@ -490,7 +492,6 @@ def stage_layout_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     kept_per_layer = np.where(n_rc > 0, recomputed, stored)
     T = (x.mb * x.seq // x.cp).astype(float)
     sp_div = np.where(x.sp, x.tp, 1).astype(float)
-    mask = (h if model.dropout else 0.0) / sp_div
     logit_stored, logit_extra = loss_bytes_per_logit(x)  # 4 + 8 B unfused PyTorch (Plan.cross_entropy)
     output = np.where(has_output, T * (4.0 * h / sp_div + logit_stored * V / x.tp), 0.0)
     output = output + np.where(has_output, mtp_activation_bytes(model, x), 0.0)  # issue 13: MTP, at the loss
@@ -517,11 +518,8 @@ def stage_layout_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     kept = 2.0 * psi + unsharded_grad
     return {
         "psi": psi, "psi_e": psi_e, "per_chunk": per_chunk, "offload_cap": 2.0 * kept_per_layer,
-        "tokens": T, "embed_per_token": 8.0 + mask, "output": np.where(at_loss, output, 0.0),
+        "output": np.where(at_loss, output, 0.0),
         "transient": np.where(at_loss, loss_t, remat_t), "gather": np.where(x.reshard, resharded, kept),
-        # the full-sequence buffers sequence parallelism's all-gathers materialise (2 T h bytes each:
-        # saved for the weight gradient, cached per stream): see stage_memory_bytes
-        "sp_buffers": np.where(x.sp, SP_GATHER_BUFFERS * 2.0 * T * h, 0.0),
     }
 
 
@@ -553,8 +551,12 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     # -- stored activations (stage_layout_terms) of the chunks in flight, the ends' buffers
     chunks = in_flight_chunks(x, stage)
     layer_acts = chunks * t["per_chunk"]
-    layer_acts = np.where(x.act_offload, np.minimum(layer_acts, t["offload_cap"]), layer_acts)
-    embed = np.where(has_embed, chunks / x.vpp * t["tokens"] * t["embed_per_token"], 0.0)
+    if np.any(x.act_offload):
+        layer_acts = np.where(x.act_offload, np.minimum(layer_acts, t["offload_cap"]), layer_acts)
+    T = (x.mb * x.seq // x.cp).astype(float)
+    sp_div = np.where(x.sp, x.tp, 1).astype(float)
+    mask = (model.hidden_size if model.dropout else 0.0) / sp_div
+    embed = np.where(has_embed, chunks / x.vpp * T * (8.0 + mask), 0.0)
     activations = layer_acts + embed + t["output"]
     transient = t["transient"]
 
@@ -573,7 +575,7 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     # micro-batch (stored activations and gathers: many sizes; the loss and re-run-layer buffers
     # are a few blocks reused whole), plus the full-sequence buffers sequence parallelism's
     # all-gathers materialise (2 T h bytes each: saved for the weight gradient, cached per stream).
-    sp_buffers = t["sp_buffers"]
+    sp_buffers = np.where(x.sp, SP_GATHER_BUFFERS * 2.0 * T * model.hidden_size, 0.0)
     frag_bwd = eff.fragmentation * (activations + gather)
     frag_opt = eff.fragmentation * opt_temp
     # two reserved figures: with room (what a run with memory to spare measures: max_memory_reserved)

@@ -255,7 +255,8 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, _terms: dic
     # issue 11: host offload of the optimizer (replaces the GPU step) and of the activations
     shard = np.where(x.zero >= 1, psi / memory.shard_degree(x), psi)
     out["optimizer_s"] = np.where(x.opt_offload, offload.optimizer_offload_s(shard, x, cluster), out["optimizer_s"])
-    out["memory_bound_s"] = out["memory_bound_s"] + m * t["act_offload_s"]
+    if np.any(x.act_offload):  # (without offload the term is 0: nothing to add)
+        out["memory_bound_s"] = out["memory_bound_s"] + m * t["act_offload_s"]
     out["overhead_s"] = np.full(len(x), eff.step_overhead_s)
     step = sum(out[k] for k in TIME_KEYS)
     raw = {
