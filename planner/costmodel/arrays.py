@@ -154,11 +154,6 @@ LAYOUT_FREE = ("num_gpus", "gb", "dp", "dp_shard", "zero", "grad_red", "opt_offl
                "ovl_param")
 
 
-def gather(terms: dict, idx) -> dict:
-    """Every array of ``terms`` (nested dicts too) indexed by ``idx`` (a scalar stays as it is)."""
-    return {k: gather(v, idx) if isinstance(v, dict) else (v[idx] if np.ndim(v) else v) for k, v in terms.items()}
-
-
 def group_rows(cols, n: int):
     """:meth:`PlanArrays.groups` of the rows of ``cols`` (arrays of ``n`` rows; a broadcast view,
     stride 0, is one value and does not enter the key): ``(rep, inv)``."""

@@ -9,7 +9,11 @@ Pipeline (one copy of every formula: candidates are priced only by
 2. **Evaluate** them in large numpy batches (chunks of :data:`EVAL_CHUNK` rows: a cost-model call
    has ~1 ms of fixed cost, and much larger chunks fall out of the cache), keeping the columns the
    search needs. Memory first: every candidate's peak memory is priced, and only those that fit
-   are timed (:func:`evaluate_columns`); the "memory binds" flag of a front point, which needs
+   are timed (:func:`evaluate_columns`). What does not depend on the data-parallel degree (a
+   stage's parameters and stored activations, its per-micro-batch times) is priced once per
+   group of candidates that differ only in dp and how it shards (:class:`evaluate.LayoutTerms`,
+   shared by one system's pieces of the GPU range; the same figures as pricing each candidate).
+   The "memory binds" flag of a front point, which needs
    the fastest plan of its GPU count that does not fit, times those a round at a time until one
    beats the point (:func:`binding_days`; ``LAZY_BINDING`` off times them all, same answer).
 3. **Mask** what breaks a constraint: memory over ``capacity * (1 - headroom)`` (evaluate's
