@@ -69,7 +69,9 @@ def test_shared_terms_equal_the_direct_path(case):
 
 
 @pytest.mark.parametrize("req", [dict(model="deepseek-v3", gpu=["h100-sxm"], max_gpus=1024),
-                                 dict(model="llama3.1-8b", gpu=["a100-40gb"], max_gpus=128)])
+                                 dict(model="llama3.1-8b", gpu=["a100-40gb"], max_gpus=128),
+                                 # NVL72: the GPUs per NVLink domain depend on the count (64, 72): in the key
+                                 dict(model="mixtral-8x7b", gpu=["gb200-nvl72"], gpus=[64, 144, 288])])
 def test_search_result_is_the_same_with_and_without_sharing(req, monkeypatch):
     def answer():
         doc = json.loads(search(**req).model_dump_json())
