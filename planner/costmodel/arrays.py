@@ -76,12 +76,12 @@ class PlanArrays:
     def __len__(self) -> int:
         return int(self.tp.shape[0])
 
-    @property
+    @cached_property
     def shard(self) -> np.ndarray:
         """GPUs per ZeRO/FSDP shard group (``dp`` when sharding is flat)."""
         return np.where(self.dp_shard > 0, self.dp_shard, self.dp)
 
-    @property
+    @cached_property
     def grad_mb(self) -> np.ndarray:
         """Gradients reduced every micro-batch (:func:`planner.costmodel.plan.grad_per_microbatch`)."""
         return grad_per_microbatch(self.grad_red, self.zero, self.pp)

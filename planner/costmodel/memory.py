@@ -544,8 +544,9 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     # Not kept under ZeRO-3/FSDP: the gathered bf16 module is quantized on the fly and its FP8 copy
     # lives only as long as the module's forward or backward (torchao Float8Linear with FSDP2;
     # saved FP8 tensors are dropped by activation checkpointing), a transient of the gather.
-    lowp = compute.lowp_weight_copy_bytes(psi, x, cluster)
-    states["weights"] = states["weights"] + np.where(x.zero >= 3, 0.0, lowp)
+    if np.any(x.fp8):  # (all bf16: no copies, the term is 0)
+        lowp = compute.lowp_weight_copy_bytes(psi, x, cluster)
+        states["weights"] = states["weights"] + np.where(x.zero >= 3, 0.0, lowp)
     states_total = states["weights"] + states["gradients"] + states["optimizer"]
 
     # -- stored activations (stage_layout_terms) of the chunks in flight, the ends' buffers
