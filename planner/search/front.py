@@ -233,7 +233,13 @@ def evaluate_columns(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, requ
     out = {k: (np.concatenate(v) if v else np.zeros(0, dtype=bool if k in ("fits", "timed") else float))
            for k, v in parts.items()}
     out["done"] = np.arange(n) < stop
+    if group is not None:  # for time_rows: each row's group and the terms (one object for all pieces)
+        out["group"], out[LAYOUT_TERMS] = group, shared
     return out
+
+
+#: The key of :func:`evaluate_columns`' answer holding its :class:`LayoutTerms` (not a column).
+LAYOUT_TERMS = "layout_terms"
 
 
 def time_rows(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, cols: dict, rows: np.ndarray,
@@ -247,7 +253,9 @@ def time_rows(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, cols: dict,
         if time.perf_counter() > deadline:
             return False
         rr = rows[a:a + EVAL_CHUNK]
-        r = search_figures(model, cluster, x.take(rr), request.tokens, request.checkpoint_interval_h)
+        shared = cols.get(LAYOUT_TERMS)
+        r = search_figures(model, cluster, x.take(rr), request.tokens, request.checkpoint_interval_h,
+                           None if shared is None else shared.step(cols["group"][rr]))
         for k in TIMED_COLUMNS:
             cols[k][rr] = r[k]
         cols["timed"][rr] = True
@@ -1262,7 +1270,10 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
             t_eval += timing.get("evaluate", 0.0)
             counts = gpu_counts(c, req, upper=cap)
             sp = _concat_spaces(pieces) if pieces else None
-            cols = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]} if parts else None
+            cols = {key: np.concatenate([p[key] for p in parts]) for key in parts[0] if key != LAYOUT_TERMS} \
+                if parts else None
+            if parts and LAYOUT_TERMS in parts[0]:  # one object for every piece: its groups span them
+                cols[LAYOUT_TERMS] = parts[0][LAYOUT_TERMS]
         if sp is None:
             sp = _enumerate(model, c, [1], gbs, seq, req).take(np.zeros(0, dtype=np.int64))
             cols = evaluate_columns(model, c, sp.x, req)
