@@ -623,9 +623,10 @@ def peak_memory(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, keys=None
     terms = _terms
     total_only = keys is not None and tuple(keys) == ("total",)
     per = [stage_memory_bytes(model, cluster, x, st, _terms=terms[st], total_only=total_only) for st in STAGES]
-    totals = np.stack([per[0]["total"], np.where(x.pp > 2, per[1]["total"], -np.inf),
-                       np.where(x.pp > 1, per[2]["total"], -np.inf)])
-    worst = np.argmax(totals, axis=0)
+    t0 = per[0]["total"]
+    t1, t2 = np.where(x.pp > 2, per[1]["total"], -np.inf), np.where(x.pp > 1, per[2]["total"], -np.inf)
+    # the first stage with the largest total (np.argmax over the three, without stacking them)
+    worst = np.where(t2 > np.maximum(t0, t1), 2, (t1 > t0).astype(np.int64))
     out = {k: np.choose(worst, [per[0][k], per[1][k], per[2][k]]) for k in (keys or per[0])}
     out["worst_stage"] = worst
     return out
