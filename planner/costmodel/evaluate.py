@@ -176,9 +176,10 @@ def search_figures(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, tokens
 
 #: The search shares the per-layout terms (:class:`LayoutTerms`); False prices every candidate on
 #: its own. The figures are the same, bit for bit, either way (tests/test_layout_terms.py). CPU time
-#: of the warm search, medians of alternated runs (9 and 3) on this 2-core machine (load ~4): GPT-3
-#: 175B 0.227 -> 0.214 s, DeepSeek-V3 (<= 4,096 H100) 0.551 -> 0.372 s (heavier per-layer terms:
-#: expert GEMMs, dispatch, MLA, MTP).
+#: of the warm search, medians of alternated runs (7 and 3) on this 2-core machine (load ~5), off ->
+#: on: GPT-3 175B 0.232 -> 0.190 s, DeepSeek-V3 (<= 4,096 H100) 0.523 -> 0.363 s (heavier per-layer
+#: terms: expert GEMMs, dispatch, MLA, MTP). Where no two candidates share a layout (one GPU count,
+#: one ZeRO stage) the grouping is pure overhead: ~2-3 ms on ~1,000-4,000 candidates (~15%).
 SHARE_TERMS = True
 
 
