@@ -193,10 +193,10 @@ class EfficiencySpec(_Frozen):
     # peak (planner.costmodel.memory.MEMORY_FIT_NOTE; leave-one-table-out fits 0.27-0.38)
     fragmentation: float = Field(default=0.31, ge=0, le=10)
     step_overhead_s: float = Field(default=0.05, ge=0, le=1e4)
-    a2a_bw_eff: float = Field(default=0.9363, gt=0, le=1)
-    grouped_gemm_eff: float = Field(default=0.7795, gt=0, le=1)
-    ep_overlap: float = Field(default=0.7856, ge=0, le=1)
-    moe_membound_eff: float = Field(default=0.1767, gt=0, le=1)
+    a2a_bw_eff: float = Field(default=0.9289, gt=0, le=1)
+    grouped_gemm_eff: float = Field(default=0.7317, gt=0, le=1)
+    ep_overlap: float = Field(default=0.7632, ge=0, le=1)
+    moe_membound_eff: float = Field(default=0.1888, gt=0, le=1)
     kernel_fusion: Literal["fused", "compiled", "eager"] = Field(
         default="fused", description="how the framework runs the element-wise ops between GEMMs: fused "
         "(Transformer Engine / Megatron kernels), compiled (torch.compile, one Inductor kernel per chain), "
