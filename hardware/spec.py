@@ -168,9 +168,9 @@ class EfficiencySpec(_Frozen):
       H100, NeMo AutoModel on H100, the DeepSeek-V3 production run on H800 -- and the dense SFT
       Llama-3-70B rows 1011-1014 on GB200/GB300, with a GEMM efficiency per die and a fused-attention
       efficiency for Blackwell); the systems with rows carry them, with the rows each term saw, in the
-      megatron entries of ``hardware/efficiency_profiles.yaml``. Median error 16.8%, p90 44.7%
-      (floors 10%/20% not met); leave-one-model-out DeepSeek-V3 21.7%, Qwen3-235B 15.3%. The MoE terms
-      are weakly identified (``ep_overlap`` 0.66-0.79 and ``attention_eff`` 0.35-0.53 across the
+      megatron entries of ``hardware/efficiency_profiles.yaml``. Median error 16.5%, p90 44.8%
+      (floors 10%/20% not met); leave-one-model-out DeepSeek-V3 22.7%, Qwen3-235B 15.1%. The MoE terms
+      are weakly identified (``ep_overlap`` 0.65-0.76 and ``attention_eff`` 0.35-0.51 across the
       leave-one-model-out refits) and the rows disagree by container version (the same configuration
       2x apart, in opposite directions for two models): see the benchmark's output.
     """
