@@ -49,7 +49,8 @@ def test_entry_validates_and_roundtrips(name):
     assert isinstance(spec, ClusterSpec) and spec.name == name
     assert ClusterSpec.model_validate(spec.model_dump()) == spec
     # Fitted terms where published runs exist (and a source saying so); defaults elsewhere.
-    if name in ("a100-80gb", "a100-40gb", "h100-sxm", "h100-96gb-500w", "h200", "h800", "gb200-nvl72", "gb300-nvl72"):
+    if name in ("a100-80gb", "a100-40gb", "h100-sxm", "h100-96gb-500w", "h200", "h800", "gb200-nvl72", "gb300-nvl72",
+                "b200", "b300"):
         assert spec.efficiency != EfficiencySpec() and spec.efficiency.source.startswith("fitted")
     else:
         assert spec.efficiency == EfficiencySpec()
