@@ -740,3 +740,23 @@ def test_a_time_limit_that_stops_the_solver_still_gives_a_front_and_a_rule_based
     assert res.objective == "balanced" and res.reason.startswith("balanced")
     fewest = min(fp.num_gpus for fp in res.front)
     assert rec.plan.num_gpus > fewest  # the balanced rule, not the first front point
+
+
+# ---- review of the session's plan knobs (pp_schedule, splits, issue-11 knobs, frameworks)
+
+
+def test_two_stage_split_checks_both_given_ends():
+    """pp 2 with first_stage_layers and last_stage_layers that do not add up to the layers was
+    priced as first + (layers - first), the last stage's count silently replaced."""
+    runner = CliRunner()
+    from plan_search.cli.estimate import main as estimate_cli
+
+    r = runner.invoke(estimate_cli, ["--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--pp", "2",
+                                     "--first-stage-layers", "10", "--last-stage-layers", "10"])
+    assert r.exit_code == 2 and "first_stage_layers: 10 + 10 must equal num_layers 32" in r.output, r.output
+    with pytest.raises(InputError, match="10 \\+ 10 must equal"):
+        plan_search.estimate("llama3-8b", "h100", num_gpus=8, pp=2, first_stage_layers=10,
+                             last_stage_layers=10)
+    est = plan_search.estimate("llama3-8b", "h100", num_gpus=8, pp=2, first_stage_layers=10,
+                               last_stage_layers=22)
+    assert est.plan.split(32) == [10, 22]

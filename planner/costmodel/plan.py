@@ -404,8 +404,11 @@ class Plan(NoBoolNumbers):
                     f"first_stage_layers: with first {f} and last {la} layers, the remaining "
                     f"{middle_total} layers do not split evenly over {self.pp - 2} middle stages"
                 )
-            if uneven and self.pp == 2 and (f <= 0 or la <= 0 or f + la != l):
-                raise InputError(f"first_stage_layers: {f} + {la} must equal num_layers {l}")
+            if uneven and self.pp == 2:  # both given: check both (stage_layers reads the first alone)
+                f = f if self.first_stage_layers is None else self.first_stage_layers
+                la = la if self.last_stage_layers is None else self.last_stage_layers
+                if f <= 0 or la <= 0 or f + la != l:
+                    raise InputError(f"first_stage_layers: {f} + {la} must equal num_layers {l}")
             if self.vpp > 1 and mid % self.vpp:
                 raise InputError(
                     f"vpp: layers per (middle) stage ({mid}) must be divisible by vpp {self.vpp}"
