@@ -760,3 +760,23 @@ def test_two_stage_split_checks_both_given_ends():
     est = plan_search.estimate("llama3-8b", "h100", num_gpus=8, pp=2, first_stage_layers=10,
                                last_stage_layers=22)
     assert est.plan.split(32) == [10, 22]
+
+
+@pytest.mark.parametrize("knobs, word", [({"pp": [1]}, "an even pp"), ({"pp": [3, 5]}, "an even pp"),
+                                         ({"vpp": [2]}, "vpp 1")])
+def test_dualpipe_alone_with_degrees_it_cannot_use_is_bad_input(knobs, word):
+    """--pp-schedule dualpipe with only odd pp (or only vpp > 1) was an empty space reported as
+    'infeasible: no valid plan ... tp x pp x cp x dp must equal the GPU count' (exit 3), naming
+    neither the schedule nor the rule; now one line naming pp_schedule (exit 2)."""
+    with pytest.raises(ValueError, match=f"pp_schedule: dualpipe needs {word}"):  # the API: pydantic's
+        plan_search.search(model="llama3-8b", gpu="h100", gpus=[8], knobs={"pp_schedule": "dualpipe", **knobs})
+    args = [a for k, v in knobs.items() for a in (f"--{k}", ",".join(map(str, v)))]
+    r = CliRunner().invoke(search_cli, ["--model", "llama3-8b", "--gpu", "h100", "--gpus", "8",
+                                        "--pp-schedule", "dualpipe", *args])
+    assert r.exit_code == 2 and f"pp_schedule: dualpipe needs {word}" in r.output, r.output
+    if knobs.get("pp") == [3, 5]:
+        return  # neither divides 8 GPUs: only the refusal is checked
+    # with 1f1b beside it the same bounds stay a valid space
+    res = plan_search.search(model="llama3-8b", gpu="h100", gpus=[8], knobs={"pp_schedule": ["1f1b", "dualpipe"],
+                                                                         **knobs})
+    assert res.front and all(p.plan.pp_schedule == "1f1b" for p in res.front)

@@ -188,6 +188,19 @@ class _EnumeratedKnobs(_Strict):
             raise ValueError("sequence_parallel: empty; use [true], [false] or [true, false]")
         return sorted(set(v), reverse=True)
 
+    @model_validator(mode="after")
+    def _dualpipe_degrees(self):
+        """DualPipe alone with pp/vpp bounds it can never use (Plan rule: even pp, vpp 1) is bad
+        input naming the knob, not an empty space reported as 'no valid plan'."""
+        if getattr(self, "pp_schedule", None) == ["dualpipe"]:
+            if self.pp and all(p % 2 for p in self.pp):
+                raise ValueError(f"pp_schedule: dualpipe needs an even pp (got pp {self.pp}); "
+                                 "add an even pp or use pp_schedule 1f1b")
+            if self.vpp and 1 not in self.vpp:
+                raise ValueError(f"pp_schedule: dualpipe needs vpp 1 (got vpp {self.vpp}); "
+                                 "add vpp 1 or use pp_schedule 1f1b")
+        return self
+
 
 def _broadcast_field(spec):
     if spec.kind == "choice":
