@@ -780,3 +780,15 @@ def test_dualpipe_alone_with_degrees_it_cannot_use_is_bad_input(knobs, word):
     res = plan_search.search(model="llama3-8b", gpu="h100", gpus=[8], knobs={"pp_schedule": ["1f1b", "dualpipe"],
                                                                          **knobs})
     assert res.front and all(p.plan.pp_schedule == "1f1b" for p in res.front)
+
+
+def test_a_framework_refusing_every_plan_names_the_rule():
+    """plan-search --framework torchtitan --pp-schedule dualpipe said only 'none of the 27 feasible
+    plans is one torchtitan can run (its rules: planner/frameworks.py ...)', a file that does not
+    exist and no rule; plan-estimate names the rule for the same plan, and so does the search now."""
+    from plan_search.planner.search.request import NoFeasiblePlan
+
+    with pytest.raises(NoFeasiblePlan, match="the fastest breaks torchtitan-dualpipe: .*pp_schedule dualpipe") as e:
+        plan_search.search(model="llama3-8b", gpu="h100", gpus=[8], framework="torchtitan",
+                           knobs={"pp_schedule": "dualpipe"})
+    assert "planner/frameworks/rules.py" in str(e.value)

@@ -1165,6 +1165,7 @@ def restrict_to_framework(model: ModelSpec, systems: list[System], ms: list[dict
     from plan_search.planner.search.space import space_of_plans
 
     out_sys, out_ms = [], []
+    first = None  # (system, row) of the fastest candidate checked: the rule it breaks names a refusal
     for s, m in zip(systems, ms):
         rows = np.flatnonzero(m["feasible"])
         x = s.space.x
@@ -1177,6 +1178,7 @@ def restrict_to_framework(model: ModelSpec, systems: list[System], ms: list[dict
             for c0 in range(a, min(b, a + FRAMEWORK_MAX_CHECKS), FRAMEWORK_TOP_K):
                 found = False
                 for i in rows[c0:min(b, c0 + FRAMEWORK_TOP_K)]:
+                    first = first or (s, int(i))
                     q = runnable(req.framework, s.space.plan(int(i)), model, s.cluster)
                     if q is not None:
                         found = True
@@ -1197,9 +1199,16 @@ def restrict_to_framework(model: ModelSpec, systems: list[System], ms: list[dict
         out_ms.append(masks(cols, sp.x, req, lo, req.max_gpus))
     if not any(m["feasible"].any() for m in out_ms):
         n = sum(int(m["feasible"].sum()) for m in ms)
+        why = ""
+        if first is not None:  # name the rule (as plan-estimate --framework does), not only the file
+            from plan_search.planner.frameworks.rules import check, conform
+
+            bad = check(req.framework, conform(req.framework, first[0].space.plan(first[1]), model.num_layers),
+                        model, first[0].cluster)
+            why = f"; the fastest breaks {bad[0]}" if bad else ""
         raise NoFeasiblePlan(
             f"framework: none of the {n:,} feasible plans is one {req.framework} can run "
-            f"(its rules: planner/frameworks.py; checked up to {FRAMEWORK_MAX_CHECKS} per GPU count); "
+            f"(its rules: planner/frameworks/rules.py; checked up to {FRAMEWORK_MAX_CHECKS} per GPU count){why}; "
             "try another --framework, more GPU counts, or other knob bounds", reason="framework")
     return out_sys, out_ms
 
