@@ -792,3 +792,13 @@ def test_a_framework_refusing_every_plan_names_the_rule():
         plan_search.search(model="llama3-8b", gpu="h100", gpus=[8], framework="torchtitan",
                            knobs={"pp_schedule": "dualpipe"})
     assert "planner/frameworks/rules.py" in str(e.value)
+
+
+def test_estimate_refuses_a_framework_that_is_not_a_name_and_a_non_finite_imbalance():
+    """estimate(framework=['torchtitan']) raised AttributeError ('list' object has no attribute
+    'strip'); --moe-imbalance nan/inf said 'should be less than or equal to 100 (got nan)'."""
+    with pytest.raises(InputError, match="framework: .*is not a framework name"):
+        plan_search.estimate("llama3-8b", "h100", num_gpus=8, framework=["torchtitan"])
+    for bad in (math.nan, math.inf):
+        with pytest.raises(InputError, match="moe_imbalance: Input should be a finite number"):
+            plan_search.estimate("llama3-8b", "h100", num_gpus=8, moe_imbalance=bad)

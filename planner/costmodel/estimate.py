@@ -16,7 +16,7 @@ from plan_search.hardware.profiles import for_framework
 from plan_search.hardware.resolve import resolve_cluster
 from plan_search.hardware.spec import ClusterSpec, EfficiencySpec
 from plan_search.models import counting
-from plan_search.models.io import InputError
+from plan_search.models.io import InputError, short_repr
 from plan_search.models.resolve import resolve_model
 from plan_search.models.spec import ModelSpec
 
@@ -223,6 +223,9 @@ def estimate(
     and ``seq_len`` default to the model's, as in ``plan-estimate``.
     """
     _check_api_inputs(model, cluster, plan, memory_headroom, tokens, checkpoint_interval_h)
+    if framework is not None and not isinstance(framework, str):  # was an AttributeError deep inside
+        raise InputError(f"framework: {short_repr(framework)} is not a framework name (megatron, deepspeed, "
+                         "torchtitan, nemo)")
     if isinstance(tokens, str):
         from plan_search.models.io import parse_token_count
 

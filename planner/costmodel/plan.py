@@ -137,7 +137,7 @@ class Plan(NoBoolNumbers):
     moe_overlap: bool = Field(
         default=False, description="hide dispatch/combine behind other micro-batches' compute (ep_overlap of it)")
     moe_imbalance: float = Field(
-        default=1.1, ge=1.0, le=100.0,
+        default=1.1, ge=1.0, le=100.0, allow_inf_nan=False,
         description="tokens on the busiest expert rank / mean; 1.0 force-balanced, real routing 1.04-1.20")
     pp_schedule: Literal["1f1b", "dualpipe"] = Field(
         default="1f1b", description="pipeline schedule: 1f1b (interleaved when vpp > 1) or dualpipe (DeepSeek-V3's "
