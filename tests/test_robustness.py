@@ -802,3 +802,13 @@ def test_estimate_refuses_a_framework_that_is_not_a_name_and_a_non_finite_imbala
     for bad in (math.nan, math.inf):
         with pytest.raises(InputError, match="moe_imbalance: Input should be a finite number"):
             plan_search.estimate("llama3-8b", "h100", num_gpus=8, moe_imbalance=bad)
+
+
+def test_framework_rule_checks_stop_at_the_time_limit_and_say_so():
+    """plan-search --model deepseek-v3 --gpu h100,h800 --framework megatron --time-limit 1 took
+    2.0-3.0 s: the framework's rule checks (restrict_to_framework, ~1-2 s of Python per search)
+    ran outside the limit. They now stop at it once a system has a runnable plan, and the cut
+    names the GPU counts left unchecked."""
+    res = plan_search.search(model="deepseek-v3", gpu=["h100", "h800"], framework="megatron", time_limit_s=1.0)
+    assert any("megatron rules checked below" in c for c in res.stats.cut), res.stats.cut
+    assert res.front and not res.stats.proven_optimal

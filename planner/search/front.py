@@ -1148,7 +1148,8 @@ FRAMEWORK_MAX_CHECKS = 4096
 
 
 def restrict_to_framework(model: ModelSpec, systems: list[System], ms: list[dict], req: SearchRequest,
-                          lo: int) -> tuple[list[System], list[dict]]:
+                          lo: int, deadline: float = math.inf,
+                          cut: list[str] | None = None) -> tuple[list[System], list[dict]]:
     """Keep only plans ``req.framework`` can run, as it would run them.
 
     The knob space was already narrowed to the framework's capabilities
@@ -1159,7 +1160,8 @@ def restrict_to_framework(model: ModelSpec, systems: list[System], ms: list[dict
     ``FRAMEWORK_MAX_CHECKS`` were checked); the runnable ones are evaluated again as conformed and
     replace the system's candidates. Both solvers then work on the same set, so their fronts
     agree. Not exhaustive: conforming can make a plan slower than a slower-ranked one it overtook,
-    so a count's optimum is exact only among its checked candidates.
+    so a count's optimum is exact only among its checked candidates. Past ``deadline`` a system
+    that has a runnable plan checks no further GPU counts (said in ``cut``).
     """
     from plan_search.planner.frameworks.rules import runnable
     from plan_search.planner.search.space import space_of_plans
@@ -1175,6 +1177,10 @@ def restrict_to_framework(model: ModelSpec, systems: list[System], ms: list[dict
         ends = np.r_[starts[1:], len(rows)]
         plans, seen = [], set()
         for a, b in zip(starts, ends):
+            if plans and time.perf_counter() > deadline:  # the time limit (was outside it: +1-2 s)
+                if cut is not None:
+                    cut.append(f"{s.name}: {req.framework} rules checked below {int(keys[a, 0]):,} GPUs (time limit)")
+                break
             for c0 in range(a, min(b, a + FRAMEWORK_MAX_CHECKS), FRAMEWORK_TOP_K):
                 found = False
                 for i in rows[c0:min(b, c0 + FRAMEWORK_TOP_K)]:
@@ -1290,7 +1296,7 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
     lo = req.min_gpus or 1
     ms = [masks(s.cols, s.space.x, req, lo, req.max_gpus) for s in systems]
     if req.framework:
-        systems, ms = restrict_to_framework(model, systems, ms, req, lo)
+        systems, ms = restrict_to_framework(model, systems, ms, req, lo, deadline, enum_cut)
     feasible = [m["feasible"] for m in ms]
     n_feas = int(sum(f.sum() for f in feasible))
     if n_feas == 0:
