@@ -280,6 +280,21 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def _bridge_fp8_recipe(row: dict) -> dict:
+    """The FP8 recipe a Megatron-Bridge performance row ran: from release r0.2.0 (container 25.11)
+    on, the performance scripts offer only ``--compute_dtype fp8_cs`` for per-tensor FP8 (choices
+    bf16, fp8_cs, fp8_mx, fp8_sc, nvfp4: scripts/performance/argument_parser.py at r0.2.0-r0.5.0),
+    i.e. Transformer Engine's current (tensorwise) scaling, and they turn the recipe's bf16 first
+    and last layers off (utils/helpers.py resp. utils/precision.py get_precision_config:
+    ``current_scaling_cfg.first_last_layers_bf16 = False``); the tables print it "FP8-CS" (25.11)
+    or "FP8" (26.02-26.06). The 25.09 tables (release r0.1.0) print no precision: that release's
+    scripts default to ``--fp8_recipe ds``, delayed scaling, which the row keeps."""
+    said = f"{row.get('source', '')} {row.get('notes', '')} {row.get('container_or_version', '')}"
+    if re.search(r"\b25\.09\b", said) and not re.search(r"FP8-CS", said):
+        return {}
+    return {"precision": "fp8-current", "bf16_layers": 0}
+
+
 def _candidates(row: dict, model: ModelSpec, conv: dict, n: int) -> tuple[list[Plan], list[str]]:
     free: list[str] = []
     tp, pp, cp = _int(row.get("tp")), _int(row.get("pp")), _int(row.get("cp"))
@@ -295,6 +310,8 @@ def _candidates(row: dict, model: ModelSpec, conv: dict, n: int) -> tuple[list[P
         # torchtitan's Float8 is torchao's dynamic (per-tensor, current) scaling: "only dynamic
         # tensor scaling (the default) is supported" (torchtitan/float8.py @9dec370)
         conv["precision"] = "fp8-current" if titan and prec_raw == "fp8" else prec_raw
+    if source_group(row.get("source", "")) == "megatron-bridge" and conv.get("precision") == "fp8":
+        conv.update(_bridge_fp8_recipe(row))
     if zero_raw == "FSDP":
         conv["zero"] = 3
     elif zero_raw:

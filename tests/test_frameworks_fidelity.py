@@ -119,3 +119,31 @@ def test_loso_refits_never_see_the_held_out_rows():
     eff = fid.cluster_of(test[0], fid.fit_all([r for r in recs if r.group != unit], iters=4,
                                               systems={LIMITED})[0]).efficiency
     assert eff.kernel_fusion == "compiled" and "family prior" in eff.source
+
+
+def test_megatron_bridge_fp8_rows_run_the_perf_scripts_recipe():
+    """Megatron-Bridge's performance scripts run per-tensor FP8 as current scaling (fp8_cs) with the
+    recipe's bf16 first/last layers turned off from release r0.2.0 (container 25.11) on; the 25.09
+    tables (r0.1.0, default --fp8_recipe ds) keep delayed scaling. The recipe reaches the price:
+    current scaling's amax passes make the same plan slower than delayed scaling."""
+    from plan_search.hardware.catalog import get_cluster
+    from plan_search.planner.calibration import load_all_runs, predict
+
+    recs = [r for r in load_all_runs() if r.group == "megatron-bridge"]
+    assert len(recs) == 18
+    for r in recs:
+        said = f"{r.source} {r.notes}"
+        precisions = {p.precision for p in r.candidates}
+        if "25.09" in said:
+            assert precisions == {"fp8"}, r.index
+        elif "mxfp8" in precisions:
+            assert precisions == {"mxfp8"}, r.index
+        else:
+            assert precisions == {"fp8-current"}, r.index
+            assert all(p.bf16_layers == 0 for p in r.candidates), r.index
+    r = next(r for r in recs if r.index == 70)  # Llama 3 8B, FP8-CS, 25.11
+    plan = predict(r, get_cluster(r.gpu)).plan
+    cs = ps.estimate(r.model, get_cluster(r.gpu), plan=plan).step_time_s
+    assert cs == pytest.approx(predict(r, get_cluster(r.gpu)).predicted_step_s, rel=1e-9)
+    delayed = ps.estimate(r.model, get_cluster(r.gpu), plan=plan.model_copy(update={"precision": "fp8"})).step_time_s
+    assert delayed < cs < 1.05 * delayed  # the amax passes: memory-bound seconds, a few percent
