@@ -812,3 +812,19 @@ def test_framework_rule_checks_stop_at_the_time_limit_and_say_so():
     res = plan_search.search(model="deepseek-v3", gpu=["h100", "h800"], framework="megatron", time_limit_s=1.0)
     assert any("megatron rules checked below" in c for c in res.stats.cut), res.stats.cut
     assert res.front and not res.stats.proven_optimal
+
+
+def test_search_refuses_the_split_accounting_knobs_it_would_ignore():
+    """plan-search --account-for-embedding-in-pipeline-split on|both crossed the knob into the
+    space (4x the candidates with both knobs 'both': 29,232 -> 116,928 for Llama-3 70B on 64/128
+    H100) and then priced every row with the split pp_domain gave it, the accounting off: the
+    user's 'on' was silently ignored. The search enumerates splits itself: bad input now."""
+    with pytest.raises(ValueError, match="account_for_embedding_in_pipeline_split: plan-search enumerates"):
+        plan_search.search(model="llama3-70b", gpu="h100", gpus=[64],
+                           knobs={"account_for_embedding_in_pipeline_split": True})
+    r = CliRunner().invoke(search_cli, ["--model", "llama3-70b", "--gpu", "h100", "--gpus", "64",
+                                        "--account-for-loss-in-pipeline-split", "both"])
+    assert r.exit_code == 2 and "account_for_loss_in_pipeline_split: plan-search enumerates" in r.output, r.output
+    res = plan_search.search(model="llama3-70b", gpu="h100", gpus=[64],
+                             knobs={"account_for_loss_in_pipeline_split": False})  # the default: accepted
+    assert res.front

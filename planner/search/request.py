@@ -199,6 +199,11 @@ class _EnumeratedKnobs(_Strict):
             if self.vpp and 1 not in self.vpp:
                 raise ValueError(f"pp_schedule: dualpipe needs vpp 1 (got vpp {self.vpp}); "
                                  "add vpp 1 or use pp_schedule 1f1b")
+        for name in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
+            if True in (getattr(self, name, None) or []):  # the space sets them per row (space.Space.plan)
+                raise ValueError(f"{name}: plan-search enumerates the pipeline splits itself (Megatron's accounted "
+                                 "splits among them, marked on the plan); drop it and bound the split with pp, "
+                                 "first_stage_layers, last_stage_layers, or price one plan with plan-estimate")
         return self
 
 
