@@ -828,3 +828,12 @@ def test_search_refuses_the_split_accounting_knobs_it_would_ignore():
     res = plan_search.search(model="llama3-70b", gpu="h100", gpus=[64],
                              knobs={"account_for_loss_in_pipeline_split": False})  # the default: accepted
     assert res.front
+
+
+def test_search_refuses_bf16_layers_above_the_layers_as_plan_estimate_does():
+    """plan-search --precision fp8-current --bf16-layers 100 on a 32-layer model searched (all
+    layers bf16, labelled fp8-current) and printed an estimate command plan-estimate refuses
+    ('bf16_layers: 100 exceeds num_layers 32'): the front point was not reproducible."""
+    with pytest.raises(InputError, match="bf16_layers: 100 exceeds num_layers 32"):
+        plan_search.search(model="llama3-8b", gpu="h100", gpus=[8], knobs={"precision": "fp8-current",
+                                                                          "bf16_layers": [2, 100]})

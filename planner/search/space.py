@@ -543,6 +543,8 @@ def enumerate_space(
         if c.get("precision"):
             compute.check_precision(cluster, c["precision"])  # issue 12: names the GPUs that have it
     l = model.num_layers
+    if any((b or 0) > l for b in (knobs.bf16_layers or [])):  # Plan.check_against's rule, as plan-estimate
+        raise InputError(f"bf16_layers: {max(knobs.bf16_layers)} exceeds num_layers {l} of {model.name}")
     counts = np.unique(np.asarray(list(gpu_counts), dtype=np.int64))
     T = tp_domain(model, cluster, knobs)
     C = cp_domain(seq_len, knobs)
