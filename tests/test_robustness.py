@@ -837,3 +837,13 @@ def test_search_refuses_bf16_layers_above_the_layers_as_plan_estimate_does():
     with pytest.raises(InputError, match="bf16_layers: 100 exceeds num_layers 32"):
         plan_search.search(model="llama3-8b", gpu="h100", gpus=[8], knobs={"precision": "fp8-current",
                                                                           "bf16_layers": [2, 100]})
+
+
+def test_a_framework_refusal_names_every_rule_the_fastest_breaks():
+    """The first rule alone can hide the one every plan breaks: DualPipe with ZeRO 2/3 under
+    Megatron named only megatron-fsdp-pp."""
+    from plan_search.planner.search.request import NoFeasiblePlan
+
+    with pytest.raises(NoFeasiblePlan, match=r"the fastest breaks megatron-fsdp-pp: .*\(and megatron-dualpipe\)"):
+        plan_search.search(model="llama3-8b", gpu="h100", gpus=[8], framework="megatron",
+                           knobs={"pp_schedule": "dualpipe", "zero": [2, 3]})

@@ -1211,7 +1211,8 @@ def restrict_to_framework(model: ModelSpec, systems: list[System], ms: list[dict
 
             bad = check(req.framework, conform(req.framework, first[0].space.plan(first[1]), model.num_layers),
                         model, first[0].cluster)
-            why = f"; the fastest breaks {bad[0]}" if bad else ""
+            why = (f"; the fastest breaks {bad[0]}" + (f" (and {', '.join(v.rule.id for v in bad[1:])})"
+                                                        if len(bad) > 1 else "")) if bad else ""
         raise NoFeasiblePlan(
             f"framework: none of the {n:,} feasible plans is one {req.framework} can run "
             f"(its rules: planner/frameworks/rules.py; checked up to {FRAMEWORK_MAX_CHECKS} per GPU count){why}; "
