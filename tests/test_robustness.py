@@ -847,3 +847,15 @@ def test_a_framework_refusal_names_every_rule_the_fastest_breaks():
     with pytest.raises(NoFeasiblePlan, match=r"the fastest breaks megatron-fsdp-pp: .*\(and megatron-dualpipe\)"):
         plan_search.search(model="llama3-8b", gpu="h100", gpus=[8], framework="megatron",
                            knobs={"pp_schedule": "dualpipe", "zero": [2, 3]})
+
+
+@pytest.mark.parametrize("plan, said, not_said", [
+    (dict(pp=4, global_batch=6), "needs an even number of micro-batches (got 3)", "even pp"),
+    (dict(pp=4, vpp=2), "needs vpp 1 (got 2)", "even pp"),
+    (dict(pp=1), "needs an even pp (got 1)", "vpp 1")])
+def test_the_dualpipe_refusal_names_only_the_conditions_broken(plan, said, not_said):
+    """'dualpipe needs an even pp (got 4), vpp 1 (got 1) and an even number of micro-batches
+    (got 3)' listed the conditions the plan meets as well."""
+    with pytest.raises(InputError, match="pp_schedule: dualpipe " + said.replace("(", r"\(").replace(")", r"\)")) as e:
+        plan_search.estimate("llama3-8b", "h100", num_gpus=8, pp_schedule="dualpipe", **plan)
+    assert not_said not in str(e.value)

@@ -226,10 +226,12 @@ class Plan(NoBoolNumbers):
                 f"of pp ({self.pp}); change global_batch/micro_batch or use vpp 1"
             )
         if self.pp_schedule == "dualpipe" and (self.pp % 2 or self.vpp > 1 or self.grad_accum % 2):
-            raise ValueError(
-                f"pp_schedule: dualpipe needs an even pp (got {self.pp}), vpp 1 (got {self.vpp}) and an even "
-                f"number of micro-batches (got {self.grad_accum}); use pp_schedule 1f1b or change them"
-            )
+            broken = [what for what, bad in ((f"an even pp (got {self.pp})", self.pp % 2),
+                                             (f"vpp 1 (got {self.vpp})", self.vpp > 1),
+                                             (f"an even number of micro-batches (got {self.grad_accum})",
+                                              self.grad_accum % 2)) if bad]  # only the conditions it breaks
+            raise ValueError(f"pp_schedule: dualpipe needs {' and '.join(broken)}; use pp_schedule 1f1b or "
+                             "change " + ("them" if len(broken) > 1 else "it"))
         if self.seq_len % (2 * self.cp) and self.cp > 1:
             raise ValueError(
                 f"seq_len: {self.seq_len} must be divisible by 2*cp ({2 * self.cp}) for load-balanced "
