@@ -859,3 +859,20 @@ def test_the_dualpipe_refusal_names_only_the_conditions_broken(plan, said, not_s
     with pytest.raises(InputError, match="pp_schedule: dualpipe " + said.replace("(", r"\(").replace(")", r"\)")) as e:
         plan_search.estimate("llama3-8b", "h100", num_gpus=8, pp_schedule="dualpipe", **plan)
     assert not_said not in str(e.value)
+
+
+def test_search_drops_broadcast_combinations_that_are_no_plan():
+    """--grad-bf16-copy both --fp32-grads both crossed the impossible pair (a bf16 copy without
+    the fp32 accumulator) into the space; it was priced, and when one of its rows won the search
+    failed with the Plan rule ('error: grad_bf16_copy: ...', exit 2 at 8,16 GPUs). The pair is
+    now left out, as the rules tying a knob to the degrees leave rows out; all pairs impossible:
+    the rule, as bad input."""
+    kw = dict(model="llama3-8b", gpu="h100", gpus=[8, 16])
+    one = plan_search.search(**kw).stats.candidates
+    res = plan_search.search(**kw, knobs={"grad_bf16_copy": [True, False], "fp32_grads": [True, False]})
+    assert res.stats.candidates == 3 * one
+    assert all(p.plan.fp32_grads or not p.plan.grad_bf16_copy for p in res.front)
+    res = plan_search.search(**kw, knobs={"precision": ["bf16", "fp8"], "bf16_layers": [0, 2]})
+    assert res.stats.candidates == 3 * one  # fp8 (delayed) keeps no layer in bf16
+    with pytest.raises(InputError, match="grad_bf16_copy: a bf16 copy beside an fp32 accumulator"):
+        plan_search.search(**kw, knobs={"grad_bf16_copy": True, "fp32_grads": False})

@@ -133,6 +133,31 @@ def space_of_plans(model: ModelSpec, cluster: ClusterSpec, plans: Sequence[Plan]
     return Space(model, cluster, x, kind, uneven, tuple(combos), combo)
 
 
+def valid_combinations(combos: list[dict]) -> list[dict]:
+    """The broadcast-knob combinations that are valid plans by themselves (the Plan rules between
+    broadcast knobs: grad_bf16_copy needs fp32_grads, no bf16_layers under delayed scaling, ...),
+    checked on a probe shape every rule tying them to an enumerated knob accepts (pp 2, vpp 1, two
+    micro-batches, dp = dp_shard); those rules are :func:`_combo_row_mask`'s. Without this a set
+    like ``--grad-bf16-copy both --fp32-grads both`` priced the impossible pair, and the search
+    failed when it won. None valid: the first combination's rule as an InputError."""
+    from pydantic import ValidationError
+
+    from plan_search.models.io import validation_message
+
+    out, first = [], None
+    for c in combos:
+        d = int(c.get("dp_shard") or 1)
+        try:
+            Plan(num_gpus=2 * d, pp=2, dp=d, global_batch=2 * d, seq_len=2, **c)
+        except ValidationError as exc:
+            first = first or exc
+            continue
+        out.append(c)
+    if not out:
+        raise InputError(validation_message(first))
+    return out
+
+
 def combo_columns(combo: dict, num_layers: int) -> dict[str, object]:
     """The PlanArrays columns (other than :data:`CORE_COLUMNS`) of a broadcast-knob combination:
     read from a probe plan through :meth:`PlanArrays.from_plans`, the one encoding of a plan."""
@@ -538,7 +563,7 @@ def enumerate_space(
     it that its dp divides (ties: the larger), if that batch is within ``target x (1 +-
     tolerance)``, instead of only the dp that divide the target exactly."""
     knobs = knobs or Knobs()
-    combos = knob_combinations(knobs)
+    combos = valid_combinations(knob_combinations(knobs))
     for c in combos:
         if c.get("precision"):
             compute.check_precision(cluster, c["precision"])  # issue 12: names the GPUs that have it
