@@ -112,20 +112,34 @@ def _term_as_interrupt() -> None:
             signal.signal(sig, handler)
 
 
+class _Interrupted(BaseException):
+    """A KeyboardInterrupt carried past click's own handler, which prints an empty line to
+    stderr before its Abort: the command's interrupted exit is the one ``interrupted`` line."""
+
+
 class _OneLine:
     """Click's usage errors as ``error: <message>`` on one line (exit 2), like every other bad
     input, instead of click's usage banner, help hint and message over four lines."""
 
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            raise _Interrupted() from exc
+
     def main(self, *args, standalone_mode: bool = True, **kwargs):
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
+        from plan_search.cli import restore_startup_signals
+
+        restore_startup_signals()  # the start-up handler (cli/__init__.py) hands over to ours
         _term_as_interrupt()
         try:
             rv = super().main(*args, standalone_mode=False, **kwargs)
         except click.ClickException as exc:
             click.echo(f"error: {click_error_line(exc)}", err=True)
             sys.exit(exc.exit_code)
-        except (click.exceptions.Abort, KeyboardInterrupt):  # Ctrl-C, SIGTERM, SIGHUP
+        except (click.exceptions.Abort, KeyboardInterrupt, _Interrupted):  # Ctrl-C, SIGTERM, SIGHUP
             click.echo("interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
         except (ValueError, OSError) as exc:  # raised while converting an option (the body is guarded):

@@ -876,3 +876,38 @@ def test_search_drops_broadcast_combinations_that_are_no_plan():
     assert res.stats.candidates == 3 * one  # fp8 (delayed) keeps no layer in bf16
     with pytest.raises(InputError, match="grad_bf16_copy: a bf16 copy beside an fp32 accumulator"):
         plan_search.search(**kw, knobs={"grad_bf16_copy": True, "fp32_grads": False})
+
+
+def test_a_signal_while_a_console_script_starts_is_one_line_and_130():
+    """A console script imports plan_search.cli before click, numpy and the planner: a Ctrl-C or
+    SIGTERM in that window ends it with the one 'interrupted' line and 130 (no KeyboardInterrupt
+    traceback); importing the package from a program changes no handler."""
+    import signal as _signal
+
+    for sig in ("SIGINT", "SIGTERM"):
+        code = ("import sys; sys.argv[0] = '/x/bin/plan-search'; import plan_search.cli, os, signal, time; "
+                f"os.kill(os.getpid(), signal.{sig}); time.sleep(10); print('not reached')")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        assert (r.returncode, r.stdout, r.stderr) == (130, "", "interrupted\n")
+    code = ("import signal, plan_search.cli; "
+            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, "
+            "signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.split() == ["True", "True"], r.stderr
+    assert _signal.getsignal(_signal.SIGINT) is not None
+
+
+def test_an_interrupted_search_prints_only_its_line():
+    """SIGINT to plan-search while it prices: exit 130 and exactly 'interrupted' on stderr (click's
+    own handler used to print an empty line before it)."""
+    import signal as _signal
+    import time
+
+    exe = Path(sys.executable).with_name("plan-search")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "plan_search.cli.search"]
+    p = subprocess.Popen(cmd + ["--model", "deepseek-v3", "--gpu", "h100,h800,a100"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    time.sleep(1.2)
+    p.send_signal(_signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and err == "interrupted\n", (p.returncode, err)
