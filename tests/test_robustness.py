@@ -911,3 +911,21 @@ def test_an_interrupted_search_prints_only_its_line():
     p.send_signal(_signal.SIGINT)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130 and err == "interrupted\n", (p.returncode, err)
+
+
+def test_bf16_remainder_master_weights_need_bf16_weights():
+    """Megatron-Core's precision-aware optimizer keeps the low 16 bits of bf16 weights: with fp16
+    weights there is nothing to keep them beside. plan-estimate and plan-search refuse it in one
+    line naming master_weights; a search over both leaves the combination out."""
+    from plan_search.models.io import InputError
+
+    with pytest.raises(InputError, match="^plan: master_weights: bf16_remainder keeps"):
+        plan_search.estimate("gpt3-175b", "a100-80gb", num_gpus=1024, tp=8, pp=8, precision="fp16",
+                         master_weights="bf16_remainder")
+    ok = plan_search.estimate("gpt3-175b", "a100-80gb", num_gpus=1024, tp=8, pp=8, precision="bf16",
+                          master_weights="bf16_remainder")
+    fp32 = plan_search.estimate("gpt3-175b", "a100-80gb", num_gpus=1024, tp=8, pp=8, precision="bf16")
+    assert ok.memory.optimizer_gib < fp32.memory.optimizer_gib
+    r = plan_search.search(model="llama3.1-8b", gpu="h100", gpus=[64], precision=["bf16", "fp16"],
+                       master_weights=["fp32", "bf16_remainder"])
+    assert all(not (p.plan.precision == "fp16" and p.plan.master_weights == "bf16_remainder") for p in r.front)

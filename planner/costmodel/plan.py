@@ -252,6 +252,9 @@ class Plan(NoBoolNumbers):
             )
         if self.grad_bf16_copy and not self.fp32_grads:
             raise ValueError("grad_bf16_copy: a bf16 copy beside an fp32 accumulator needs fp32_grads on")
+        if self.master_weights == "bf16_remainder" and self.precision == "fp16":
+            raise ValueError("master_weights: bf16_remainder keeps the low 16 bits of bf16 weights (Megatron-Core "
+                             "store_param_remainders); with precision fp16 use master_weights fp32")
         group = self.tp * self.cp * self.dp
         if group % (self.etp * self.ep):
             raise ValueError(
