@@ -411,3 +411,12 @@ def test_estimate_fields_are_validated_strictly_like_requests(fields, message):
     assert text.startswith(message) and "\n" not in text
     good = planner.estimate("gpt3-175b", "a100-80gb", num_gpus=1024, pp=8, tp=8)
     assert good.plan.tp == 8 and good.step_time_s > 0
+
+
+def test_estimate_refuses_a_field_given_twice():
+    from plan_search.models.io import InputError
+
+    with pytest.raises(InputError, match="^tp: given in plan and as a keyword argument; give it once$"):
+        planner.estimate("gpt3-175b", "a100-80gb", {"num_gpus": 1024, "tp": 2, "pp": 8}, tp=4)
+    e = planner.estimate("gpt3-175b", "a100-80gb", {"num_gpus": 1024, "pp": 8}, tp=4)
+    assert e.plan.tp == 4 and e.plan.pp == 8

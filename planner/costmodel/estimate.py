@@ -243,8 +243,11 @@ def estimate(
     if tokens is not None and not (0 < tokens < 1e18):
         raise InputError(f"tokens: {tokens} must be a positive token count below 1e18")
     if plan is None or plan_fields or isinstance(plan, dict):
-        fields = {**(plan.model_dump(exclude_unset=True) if isinstance(plan, Plan) else dict(plan or {})),
-                  **plan_fields}
+        given = plan.model_dump(exclude_unset=True) if isinstance(plan, Plan) else dict(plan or {})
+        both = sorted(set(given) & set(plan_fields))
+        if both:
+            raise InputError(f"{both[0]}: given in plan and as a keyword argument; give it once")
+        fields = {**given, **plan_fields}
         fields.setdefault("global_batch", m.global_batch)
         fields.setdefault("seq_len", m.seq_len)
         plan = fields
