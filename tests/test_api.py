@@ -231,6 +231,8 @@ for _spec in __import__("plan_search.planner.costmodel.knobs", fromlist=["knob_s
         _argv, _vals = ["--zero", "0,1"], [0, 1]
     if _spec.name == "sequence_parallel":
         _argv, _vals = ["--sequence-parallel", "both"], [True, False]
+    if _spec.name.startswith("account_for_"):  # plan-search enumerates these splits itself: only off is a request
+        _argv, _vals = [f"--no-{_spec.option[2:]}"], [False]
     KNOB_EXAMPLES[_spec.name] = (_argv, {"knobs": {_spec.name: _vals}})
 CLI_TO_REQUEST.update({f"knob:{k}": v for k, v in KNOB_EXAMPLES.items()})
 
