@@ -113,6 +113,12 @@ DIE_PAIRS = {"b200": "gb200-nvl72", "b300": "gb300-nvl72"}
 #: Fitted: ``attention_eff@blackwell``, the fused-attention kernels' fraction of the bf16 peak on
 #: Blackwell (cuDNN / Transformer Engine fused attention on 5th-generation tensor cores), one value for
 #: the four Blackwell systems; the EfficiencySpec prior 0.33 is FlashAttention-2 on H100.
+#: Tried and left out (2026-12-01, with the alltoall dispatcher's second permutation priced,
+#: experts.SORT_CHUNKS_BYTES): a per-forward host synchronisation of the alltoall dispatcher
+#: (``moe_sync_s``, seconds per MoE layer; NCCL's all_to_all_single takes host split sizes,
+#: token_dispatcher.py@d98e8a64 "before_ep_alltoall"): fitted 0.000 s. Dropping the HGX ratio (1.0):
+#: median 14.6%, p90 41.3%, LOMO DeepSeek-V3 11.7% / Qwen3-235B 16.7%, LOGO b200 13.3% / b300 31.7%;
+#: with the ratio free (fitted 0.633, kept): 15.0%, 37.9%, 17.8% / 16.9%, 10.6% / 19.1%.
 FAMILIES = {"blackwell": BLACKWELL}
 FAMILY_TERMS: dict = {"attention_eff@blackwell": (0.1, 0.9)}
 HGX_RATIO = ("hgx_over_nvl72", (0.5, 1.2))

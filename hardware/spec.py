@@ -168,9 +168,10 @@ class EfficiencySpec(_Frozen):
       H100, NeMo AutoModel on H100, the DeepSeek-V3 production run on H800 -- and the dense SFT
       Llama-3-70B rows 1011-1014 on GB200/GB300, with a GEMM efficiency per die and a fused-attention
       efficiency for Blackwell); the systems with rows carry them, with the rows each term saw, in the
-      megatron entries of ``hardware/efficiency_profiles.yaml``. Median error 16.5%, p90 44.8%
-      (floors 10%/20% not met); leave-one-model-out DeepSeek-V3 22.7%, Qwen3-235B 15.1%. The MoE terms
-      are weakly identified (``ep_overlap`` 0.65-0.76 and ``attention_eff`` 0.35-0.51 across the
+      megatron entries of ``hardware/efficiency_profiles.yaml``. Median error 15.0%, p90 37.9%
+      (floors 10%/20% not met); leave-one-model-out DeepSeek-V3 17.8%, Qwen3-235B 16.9% (with the
+      alltoall dispatcher's second permutation priced, ``experts.SORT_CHUNKS_BYTES``). The MoE terms
+      are weakly identified (``ep_overlap`` 0.76-0.81 and ``attention_eff`` 0.36-0.50 across the
       leave-one-model-out refits) and the rows disagree by container version (the same configuration
       2x apart, in opposite directions for two models): see the benchmark's output.
     """
@@ -193,10 +194,10 @@ class EfficiencySpec(_Frozen):
     # peak (planner.costmodel.memory.MEMORY_FIT_NOTE; leave-one-table-out fits 0.27-0.38)
     fragmentation: float = Field(default=0.31, ge=0, le=10)
     step_overhead_s: float = Field(default=0.05, ge=0, le=1e4)
-    a2a_bw_eff: float = Field(default=0.9289, gt=0, le=1)
-    grouped_gemm_eff: float = Field(default=0.7317, gt=0, le=1)
-    ep_overlap: float = Field(default=0.7632, ge=0, le=1)
-    moe_membound_eff: float = Field(default=0.1888, gt=0, le=1)
+    a2a_bw_eff: float = Field(default=0.9476, gt=0, le=1)
+    grouped_gemm_eff: float = Field(default=0.8161, gt=0, le=1)
+    ep_overlap: float = Field(default=0.8127, ge=0, le=1)
+    moe_membound_eff: float = Field(default=0.2139, gt=0, le=1)
     kernel_fusion: Literal["fused", "compiled", "eager"] = Field(
         default="fused", description="how the framework runs the element-wise ops between GEMMs: fused "
         "(Transformer Engine / Megatron kernels), compiled (torch.compile, one Inductor kernel per chain), "

@@ -32,7 +32,9 @@ permutation / un-permutation (gather ``T_loc`` rows into ``T_loc * k`` expert-or
 sum them back per token, the routing weights being applied in the experts' activation; read + write
 ``h`` bf16 each way: :data:`PERMUTE_BYTES`, :data:`UNPERMUTE_BYTES`) are memory-bound,
 priced at ``hbm_eff * moe_membound_eff``; the backward moves 2x the forward bytes, as for the
-other element-wise work.
+other element-wise work. The ``alltoall`` dispatcher adds a second permutation and its inverse (the
+received rows re-sorted by local expert, the outputs un-sorted before the combine:
+:data:`SORT_CHUNKS_BYTES`), at the same rate.
 
 Selective recomputation of a MoE or MLA model is Megatron-Core's fine-grained set for MoE
 (``--recompute-modules mla_up_proj layernorm moe_act``: Megatron-LM megatron/core/transformer/moe/
@@ -73,6 +75,17 @@ ROUTER_BYTES_PER_SCORE = 16.0
 #: Permutation bytes per routed row per hidden element, forward: each expert-ordered row is read
 #: from its token (bf16) and written (bf16).
 PERMUTE_BYTES = 2.0 + 2.0
+#: The ``alltoall`` dispatcher's second permutation, per routed row per hidden element, forward: the
+#: rows an EP rank receives arrive grouped by source rank and are re-sorted by local expert before the
+#: grouped GEMMs ("Permutation 2: Sort tokens by local expert", ``sort_chunks_by_idxs``), and the
+#: expert outputs un-sorted before the combine all-to-all ("Unpermutation 2"): read + write ``h`` bf16
+#: each way, 2 x (2 + 2) B, whenever a rank holds more than one expert
+#: (``MoEAlltoAllTokenDispatcher.dispatch_postprocess`` / ``combine_preprocess``,
+#: megatron/core/transformer/moe/token_dispatcher.py@d98e8a64). The ``flex`` dispatcher (DeepEP /
+#: HybridEP) writes the received rows in expert order (HybridEP: "permute tokens for communication,
+#: perform all-to-all communication, and permute tokens for experts in single step", same file) and
+#: the ``allgather`` dispatcher permutes the gathered rows once: neither has this pass.
+SORT_CHUNKS_BYTES = 2.0 * (2.0 + 2.0)
 #: Un-permutation bytes per routed row per hidden element: each row is read (bf16) and summed into its
 #: token, written once per token (``2/k`` more per routed row, added where ``k`` is known). No routing
 #: weights here: Megatron-Core applies them inside the experts' activation (``permuted_probs`` into
@@ -212,6 +225,14 @@ def routed_rows(model: ModelSpec, x: PlanArrays):
     return x.etp * moe_tokens(x) * model.experts_per_token * imbalance(x)
 
 
+def sort_chunks_bytes(model: ModelSpec, x: PlanArrays):
+    """Bytes of the ``alltoall`` dispatcher's second permutation and its inverse, one MoE layer and
+    micro-batch forward, one GPU (:data:`SORT_CHUNKS_BYTES` per received row and hidden element; zero
+    for the other dispatchers and where a rank holds a single expert)."""
+    on = (x.moe_disp == 0) & (model.num_experts > x.ep)
+    return np.where(on, SORT_CHUNKS_BYTES * routed_rows(model, x) * model.hidden_size, 0.0)
+
+
 # ------------------------------------------------------------------ compute
 def _grouped_gemm_s(rows, groups, k, n, cluster: ClusterSpec, fp8, balanced=True):
     """``groups`` GEMMs sharing ``rows`` token rows, each ``(rows/groups) x k`` by ``k x n``, in the
@@ -294,7 +315,8 @@ def moe_layer_times(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> di
     router = compute._gemm_s(Tl, h, E, cluster, np.zeros_like(x.fp8))
     eff = cluster.efficiency.moe_membound_eff
     mem = (ROUTER_BYTES_PER_SCORE * Tl * E
-           + (PERMUTE_BYTES + UNPERMUTE_BYTES + 2.0 / k) * Tl * k * imbalance(x) * h) / eff
+           + (PERMUTE_BYTES + UNPERMUTE_BYTES + 2.0 / k) * Tl * k * imbalance(x) * h
+           + sort_chunks_bytes(model, x)) / eff
     mem = mem + _act_bytes(m, rows, fe) + (_act_bytes(m, T, shared_w / t) if shared_w else 0.0)
     mem = mem - _act_bytes(m, T, m.ffn_hidden_size / t)
     comp_f = routed + shared + router - dense_mlp
