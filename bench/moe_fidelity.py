@@ -118,7 +118,9 @@ DIE_PAIRS = {"b200": "gb200-nvl72", "b300": "gb300-nvl72"}
 #: (``moe_sync_s``, seconds per MoE layer; NCCL's all_to_all_single takes host split sizes,
 #: token_dispatcher.py@d98e8a64 "before_ep_alltoall"): fitted 0.000 s. Dropping the HGX ratio (1.0):
 #: median 14.6%, p90 41.3%, LOMO DeepSeek-V3 11.7% / Qwen3-235B 16.7%, LOGO b200 13.3% / b300 31.7%;
-#: with the ratio free (fitted 0.633, kept): 15.0%, 37.9%, 17.8% / 16.9%, 10.6% / 19.1%.
+#: with the ratio free (fitted 0.633, kept): 15.0%, 37.9%, 17.8% / 16.9%, 10.6% / 19.1%. The same pass
+#: priced at streaming HBM rate instead of ``moe_membound_eff`` (it moves contiguous chunks): median
+#: 15.9%, p90 44.7%, LOMO 21.4% / 14.6%, LOGO b200 17.1% -- the rows want it as slow as the permutation.
 FAMILIES = {"blackwell": BLACKWELL}
 FAMILY_TERMS: dict = {"attention_eff@blackwell": (0.1, 0.9)}
 HGX_RATIO = ("hgx_over_nvl72", (0.5, 1.2))
