@@ -36,10 +36,10 @@ def restore_startup_signals() -> None:
 
 
 if _is_console_script():
-    import threading as _threading
-
-    if _threading.current_thread() is _threading.main_thread():
-        for _name in _STARTUP_SIGNALS:
-            _sig = getattr(_signal, _name, None)
-            if _sig is not None and _signal.getsignal(_sig) in (_signal.SIG_DFL, _signal.default_int_handler):
+    for _name in _STARTUP_SIGNALS:
+        _sig = getattr(_signal, _name, None)
+        if _sig is not None and _signal.getsignal(_sig) in (_signal.SIG_DFL, _signal.default_int_handler):
+            try:
                 _signal.signal(_sig, _interrupted_while_starting)
+            except ValueError:  # not the main thread: leave the handlers alone
+                break
