@@ -29,7 +29,6 @@ from plan_search.hardware.catalog import get_cluster
 from plan_search.models.catalog import get_model
 from plan_search.hardware.overrides import apply_overrides
 from plan_search.hardware.spec import ClusterSpec
-from plan_search.models.io import InputError
 from plan_search.models.spec import ModelSpec
 from plan_search.planner.costmodel.arrays import PlanArrays
 from plan_search.planner.costmodel.estimate import estimate
@@ -37,9 +36,10 @@ from plan_search.models import counting
 from plan_search.planner.costmodel import memory
 from plan_search.planner.costmodel.evaluate import GIB, evaluate
 from plan_search.planner.costmodel.plan import Plan
-from plan_search.planner.search.request import MIN_CP_TOKENS, Knobs, NoFeasiblePlan, SearchRequest
+from plan_search.planner.search.request import Knobs, NoFeasiblePlan, SearchRequest
 from plan_search.planner.search.front import search
-from plan_search.planner.search.space import PARTIAL_FRACTIONS, enumerate_space
+from plan_search.planner.search.space import enumerate_space
+from space_oracle import brute_force
 
 N = settings.default.max_examples  # the profile's budget (tests/conftest.py)
 
@@ -396,82 +396,6 @@ def test_higher_zero_stage_never_needs_more_memory(model, system, data):
 
 
 # ------------------------------------------------------------------ the space against Plan validation
-def _splits(model, pp, knobs):
-    """The pipeline splits the space offers for ``pp`` (as Plan keywords), written out by hand: even when
-    pp divides the layers; else middle stages of ceil(l/pp) layers and the ends sharing the rest --
-    equally when it is even (issue 12), one layer apart either way round when it is odd, or, for a model
-    with multi-token prediction, the last stage alone short (Megatron-Bridge's DeepSeek-V3 layouts; issue 13);
-    end stages of >= 2 layers and half a middle one (the last counting its MTP depths), >= 1 with pp given."""
-    l = model.num_layers
-    if pp <= 2 or l % pp == 0:
-        return [{}]
-    mid = -(-l // pp)
-    edge = l - (pp - 2) * mid
-    need = max(2, -(-mid // 2)) if not knobs.pp else 1
-    out = []
-    if edge % 2 == 0 and (edge // 2 >= need if not knobs.pp else edge > 1):
-        split = dict(first_stage_layers=edge // 2, last_stage_layers=edge // 2)
-        if edge // 2 == mid - 1 and pp * mid == l + 2:  # the split Megatron's embedding/loss accounting makes
-            split = dict(account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True)
-        out.append(split)
-    last = edge - mid
-    if model.mtp_num_layers and last >= 1 and last + model.mtp_num_layers >= need:
-        out.append(dict(first_stage_layers=mid, last_stage_layers=last))
-    elif edge % 2 and edge // 2 >= need:
-        out += [dict(first_stage_layers=edge // 2 + 1, last_stage_layers=edge // 2),
-                dict(first_stage_layers=edge // 2, last_stage_layers=edge // 2 + 1)]
-    return [dict(t) for t in {tuple(sorted(d.items())) for d in out}]
-
-
-def _brute_force(model, cluster, counts, gb, seq, knobs: Knobs) -> set:
-    """Every plan of ``knobs``' domains, found by constructing Plan objects over all knob values."""
-    l = model.num_layers
-    dom = cluster.node.intra_domain_size
-    out = set()
-    cps = [c for c in (1, 2, 4, 8) if c <= max(1, seq // MIN_CP_TOKENS)]
-    for n, tp, pp, cp in product(counts, range(1, 17), range(1, l + 1), cps):
-        if n % (tp * pp * cp) or (dom % tp and not (knobs.allow_cross_node_tp and tp % dom == 0)):
-            continue
-        if cp > 1 and seq % (2 * cp):
-            continue
-        dp = n // (tp * pp * cp)
-        splits = _splits(model, pp, knobs)
-        for split in splits:
-            mbs = [m for m in (1, 2, 4, 8) if m <= knobs.max_micro_batch]
-            for mb, vpp in product(mbs, range(1, min(knobs.max_vpp or l + 2, l + 2) + 1)):
-                if gb % (dp * mb):
-                    continue
-                for zero in ([z for z in knobs.zero] if dp > 1 else [min(knobs.zero)]):
-                    base = dict(num_gpus=n, tp=tp, pp=pp, cp=cp, vpp=vpp, micro_batch=mb, global_batch=gb, seq_len=seq,
-                                zero=zero, **split)
-                    try:
-                        probe = Plan(**base, recompute="none")
-                        probe.check_against(model)
-                    except (ValueError, InputError):
-                        continue
-                    f, mid, la = probe.stage_layers(l)
-                    L = max(f, mid, la)
-                    variants = []
-                    for r in knobs.recompute:
-                        if r == "partial":
-                            ks = []
-                            for frac in PARTIAL_FRACTIONS:
-                                k = math.ceil(frac * L)
-                                if 1 <= k < L and k not in ks:
-                                    ks.append(k)
-                            variants += [dict(recompute="full", recompute_layers=k) for k in ks]
-                        else:
-                            variants.append(dict(recompute=r))
-                    for sp_on in knobs.sequence_parallel:
-                        if not sp_on and tp == 1 and True in knobs.sequence_parallel:
-                            continue  # the same plan as with SP on
-                        for v in variants:
-                            p = Plan(**base, **v, sequence_parallel=sp_on)
-                            p.check_against(model)
-                            out.add(p)
-    return out
-
-
 @budget(0.25)
 @given(model=models(max_layers=10, big=False), system=st.sampled_from(["a100-80gb", "h100-sxm", "gb200-nvl72"]),
        counts=st.lists(st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16]), min_size=1, max_size=3, unique=True),
@@ -488,7 +412,7 @@ def test_space_is_exactly_what_plan_validation_accepts(model, system, counts, gb
     sp = enumerate_space(model, c, counts, [gb], seq, knobs)
     got = [sp.plan(i) for i in range(len(sp))]
     assert len(set(got)) == len(got), "duplicate candidates"
-    assert set(got) == _brute_force(model, c, counts, gb, seq, knobs)
+    assert set(got) == brute_force(model, c, counts, gb, seq, knobs)
     # each row rebuilds to the same columns
     if got:
         y = PlanArrays.from_plans(got, model.num_layers)

@@ -10,7 +10,6 @@ import json
 import math
 import re
 from dataclasses import fields
-from itertools import product
 
 import numpy as np
 import pytest
@@ -23,10 +22,10 @@ from plan_search.models.io import InputError
 from plan_search.models.spec import ModelSpec
 from plan_search.planner.costmodel.arrays import PlanArrays
 from plan_search.planner.costmodel.estimate import estimate
-from plan_search.planner.costmodel.plan import Plan
-from plan_search.planner.search.request import MIN_CP_TOKENS, Knobs, NoFeasiblePlan, SearchRequest, SearchResult
+from plan_search.planner.search.request import Knobs, NoFeasiblePlan, SearchRequest, SearchResult
 from plan_search.planner.search.front import OBJECTIVE_KEYS, resolve_objective, search
-from plan_search.planner.search.space import PARTIAL_FRACTIONS, enumerate_space
+from plan_search.planner.search.space import enumerate_space
+from space_oracle import brute_force
 
 TINY = ModelSpec(name="tiny-gqa", num_layers=10, hidden_size=512, num_heads=8, num_kv_heads=2,
                  ffn_hidden_size=1536, vocab_size=1000, seq_len=1024, global_batch=48,
@@ -71,60 +70,15 @@ def test_space_rows_rebuild_as_valid_plans(model, gpu, counts, gbs, seq, knobs):
             assert set(np.unique(col)) <= set(bound)
 
 
-def _brute_force(model, cluster, counts, gb, seq, knobs: Knobs):
-    """Every plan of the default domains, by constructing Plan objects (their validation is
-    the judge; loops skip only what Plan's arithmetic rejects anyway)."""
-    l = model.num_layers
-    out = set()
-    dom = cluster.node.intra_domain_size
-    cps = [c for c in (1, 2, 4, 8, 16) if c <= max(1, seq // MIN_CP_TOKENS)]
-    for n, tp, pp, cp in product(counts, range(1, 9), range(1, l + 1), cps):
-        if n % (tp * pp * cp) or dom % tp or (cp > 1 and seq % (2 * cp)):
-            continue
-        dp = n // (tp * pp * cp)
-        split = {}
-        if pp > 2 and l % pp:
-            mid = -(-l // pp)
-            edge = l - (pp - 2) * mid
-            if edge % 2 or edge // 2 < max(2, -(-mid // 2)):  # end stages of >= 2 layers and half a middle one
-                continue
-            split = dict(first_stage_layers=edge // 2, last_stage_layers=edge // 2)
-            if edge // 2 == mid - 1 and pp * mid == l + 2:  # the split Megatron's embedding/loss accounting makes
-                split = dict(account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True)
-        for mb, vpp in product((1, 2, 4, 8), range(1, l + 1)):
-            if gb % (dp * mb):
-                continue
-            for zero in ((0, 1, 2, 3) if dp > 1 else (0,)):
-                base = dict(num_gpus=n, tp=tp, pp=pp, cp=cp, vpp=vpp, micro_batch=mb, global_batch=gb, seq_len=seq,
-                            zero=zero, **split)
-                try:
-                    probe = Plan(**base, recompute="none")
-                    probe.check_against(model)
-                except (ValueError, InputError):
-                    continue
-                f, mid, la = probe.stage_layers(l)
-                L = max(f, mid, la)
-                ks = []
-                for frac in PARTIAL_FRACTIONS:
-                    k = math.ceil(frac * L)
-                    if 1 <= k < L and k not in ks:
-                        ks.append(k)
-                variants = [dict(recompute="none"), dict(recompute="selective"), dict(recompute="full")]
-                variants += [dict(recompute="full", recompute_layers=k) for k in ks]
-                for v in variants:
-                    p = Plan(**base, **v)
-                    p.check_against(model)
-                    out.add(p)
-    return out
-
-
 def test_space_is_complete_against_plan_validation():
     c = get_cluster("a100-80gb")
     counts, gb, seq = [8, 12, 16, 24], 48, 8192  # cp 1 and 2 in the default domain
     sp = enumerate_space(TINY, c, counts, [gb], seq, Knobs())
     got = [sp.plan(i) for i in range(len(sp))]
     assert len(set(got)) == len(got), "duplicate candidates"
-    assert set(got) == _brute_force(TINY, c, counts, gb, seq, Knobs())
+    # the default domains, spelled out for the oracle
+    every = Knobs(zero=[0, 1, 2, 3], recompute=["none", "selective", "full", "partial"], sequence_parallel=[True])
+    assert set(got) == brute_force(TINY, c, counts, gb, seq, every)
     assert any(p.first_stage_layers or p.account_for_embedding_in_pipeline_split for p in got)  # uneven splits
     assert any(p.recompute_layers for p in got)
     assert any(p.vpp > 1 for p in got) and any(p.cp > 1 for p in got)
