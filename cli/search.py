@@ -231,7 +231,7 @@ def _front_table(res, shown: list[int]) -> list[str]:
     # drop the least telling columns until the row and its tag fit in WIDTH
     tag_w = max([len(", ".join(tags.get(i, []))) + 2 for i in shown] + [0])
     for drop in ("step s", "mb", "GiB", "v"):
-        widths = [max([len(h)] + [len(r[j]) for r in rows]) for j, h in enumerate(head)]
+        widths = column_widths(head, rows)
         if sum(widths) + len(widths) - 1 + tag_w <= WIDTH:
             break
         j = head.index(drop)

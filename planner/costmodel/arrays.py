@@ -95,16 +95,6 @@ class PlanArrays:
     def take(self, idx) -> "PlanArrays":
         return PlanArrays(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})
 
-    def groups(self, exclude: tuple[str, ...], extra: tuple = ()):
-        """Rows that agree on every column outside ``exclude`` (and on each array of ``extra``):
-        ``(rep, inv)``, ``rep[g]`` one row of group ``g``, ``inv[i]`` the group of row ``i``; so a
-        row-wise function ``f`` that reads none of the ``exclude`` columns has ``f(x)[i] ==
-        f(x.take(rep))[inv[i]]``, bit for bit (the cost model shares its per-layer terms across
-        candidates that differ only in ``dp``: :data:`LAYOUT_FREE`). A broadcast view (stride 0)
-        is one value and does not enter the key."""
-        cols = [getattr(self, f.name) for f in fields(self) if f.name not in exclude] + list(extra)
-        return group_rows(cols, len(self))
-
     @staticmethod
     def from_plans(plans: Iterable[Plan], num_layers: int) -> "PlanArrays":
         plans = list(plans)

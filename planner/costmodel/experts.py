@@ -59,6 +59,8 @@ replacing the ``QKV + proj`` of :func:`compute.layer_gemm_fwd_s`; the attention 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from plan_search.hardware.spec import ClusterSpec
@@ -106,6 +108,7 @@ def _last_call(fn):
     for these per stage and per term: ~15 times on one chunk of candidates of a MoE model."""
     last: list = []
 
+    @functools.wraps(fn)
     def wrapper(model, x):
         if last and last[0] is model and last[1] is x:
             return last[2]
@@ -113,8 +116,6 @@ def _last_call(fn):
         last[:] = [model, x, out]
         return out
 
-    wrapper.__name__, wrapper.__qualname__, wrapper.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
-    wrapper.__wrapped__ = fn
     return wrapper
 
 
@@ -172,7 +173,7 @@ def stage_expert_params(model: ModelSpec, x: PlanArrays, stage: str):
     if not model.is_moe:
         return np.zeros(len(x))
     n = stage_moe_layers(model, x)[stage]
-    mtp = np.where(logits_stage(x, stage), model.mtp_num_layers if model.is_moe else 0, 0)
+    mtp = np.where(logits_stage(x, stage), model.mtp_num_layers, 0)
     return (n + mtp) * routed_expert_params(model) / (x.ep * x.etp)
 
 
@@ -376,7 +377,7 @@ def moe_activation_delta_per_layer(model: ModelSpec, x: PlanArrays):
 
 def moe_selective(model: ModelSpec, x: PlanArrays):
     """Rows whose selective recomputation is the MoE/MLA module set (see the module docstring)."""
-    on = model.is_moe or getattr(model, "kv_lora_rank", None) is not None
+    on = model.is_moe or model.is_mla
     return (x.recompute == 1) & on
 
 
@@ -391,7 +392,7 @@ def selective_saved_bytes_per_token(model: ModelSpec, x: PlanArrays) -> tuple:
     gemm_in = np.where(x.fp8 > 0, 1.0, 2.0)
     norms = 2.0 * m.hidden_size * gemm_in
     qkv = 0.0
-    if getattr(m, "kv_lora_rank", None) is not None:
+    if m.is_mla:
         vd = m.v_head_dim or m.head_dim
         qkv = 2.0 * m.num_heads * (2 * m.head_dim + vd)
     return np.where(sel, norms, 0.0), np.where(sel, qkv, 0.0)
@@ -410,7 +411,7 @@ def selective_recompute_fwd_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArr
     t = x.tp.astype(float)
     norm_bytes = 2.0 * 4.0 * m.hidden_size * T * np.where(x.sp, 1.0 / t, 1.0)
     per_layer = compute.hbm_s(norm_bytes, cluster)
-    if getattr(m, "kv_lora_rank", None) is not None:
+    if m.is_mla:
         a, hd, vd = m.num_heads, m.head_dim, m.v_head_dim or m.head_dim
         up = compute._gemm_s(T, m.kv_lora_rank, a * (m.qk_nope_head_dim + vd) / t, cluster, x.fp8)
         if m.q_lora_rank:

@@ -195,7 +195,7 @@ def selective_modules(p: Plan, m: ModelSpec) -> list[str] | None:
     model (``planner.costmodel.experts``: norms, expert activation, MLA up-projections -- the MoE
     README's fine-grained set; the attention core only without FlashAttention; arguments.py@000c4ac2
     lists these choices); None for dense models (core_attn)."""
-    mla = getattr(m, "kv_lora_rank", None) is not None
+    mla = m.is_mla
     if p.recompute != "selective" or not (m.is_moe or mla):
         return None
     return ([] if p.flash_attention else ["core_attn"]) + ["layernorm"] + (["moe_act"] if m.is_moe else []) + (
@@ -207,7 +207,7 @@ def megatron_moe_args(p: Plan, m: ModelSpec) -> list[str]:
     expert layout (always explicit: Megatron's ``--expert-tensor-parallel-size`` defaults to tp, the
     plan's etp to 1), the routed/shared experts, the router, the dispatcher and its overlap."""
     a: list[str] = []
-    if getattr(m, "kv_lora_rank", None) is not None:
+    if m.is_mla:
         a += ["--multi-latent-attention", "--kv-lora-rank", str(m.kv_lora_rank),
               "--qk-head-dim", str(m.qk_nope_head_dim), "--qk-pos-emb-head-dim", str(m.qk_rope_head_dim),
               "--v-head-dim", str(m.v_head_dim or m.head_dim)]
@@ -789,7 +789,7 @@ def nemo_moe_overrides(p: Plan, m: ModelSpec) -> dict:
     """MoE/MLA overrides (Megatron-Core 0.16.1 TransformerConfig fields through ``model.config``; the
     layout through ``MegatronStrategy``, as Megatron-Bridge's MoE recipes set them)."""
     o: dict[str, Any] = {}
-    if getattr(m, "kv_lora_rank", None) is not None:
+    if m.is_mla:
         o.update({"model.config.multi_latent_attention": True, "model.config.q_lora_rank": m.q_lora_rank,
                   "model.config.kv_lora_rank": m.kv_lora_rank, "model.config.qk_head_dim": m.qk_nope_head_dim,
                   "model.config.qk_pos_emb_head_dim": m.qk_rope_head_dim,

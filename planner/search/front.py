@@ -249,11 +249,11 @@ def time_rows(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, cols: dict,
     rows = rows[~cols["timed"][rows]]
     if not len(rows):
         return True
+    shared = cols.get(LAYOUT_TERMS)
     for a in range(0, len(rows), EVAL_CHUNK):
         if time.perf_counter() > deadline:
             return False
         rr = rows[a:a + EVAL_CHUNK]
-        shared = cols.get(LAYOUT_TERMS)
         r = search_figures(model, cluster, x.take(rr), request.tokens, request.checkpoint_interval_h,
                            None if shared is None else shared.step(cols["group"][rr]))
         for k in TIMED_COLUMNS:
