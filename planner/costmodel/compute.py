@@ -36,6 +36,7 @@ from plan_search.models import counting
 from plan_search.models.spec import ModelSpec
 
 from plan_search.planner.costmodel.arrays import PlanArrays
+from plan_search.planner.costmodel.plan import MASTER_WEIGHT_BYTES
 
 BF16_BYTES = 2
 FA_BACKWARD_RATIO = 2.5  # FlashAttention-2 backward / forward matmul work (Dao 2023, Sec. 3)
@@ -338,16 +339,7 @@ def embedding_times(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> di
     return {"compute_s": np.zeros_like(T), "membound_s": hbm_s(3.0 * 2 * T * model.hidden_size, cluster)}
 
 
-#: fp32 master weights kept by the optimizer, bytes per parameter (with bf16 Adam moments too:
-#: DeepSeek-V3 report Sec. 3.3.3 keeps master weights in FP32; Megatron-Core's precision-aware
-#: optimizer defaults --main-params-dtype fp32). ``PlanArrays.master_bytes`` is this, 2 (its
-#: ``store_param_remainders`` on bf16 weights: megatron/core/optimizer/distrib_optimizer.py@d98e8a64
-#: allocates ``master_param`` as int16 when ``store_param_remainders and bf16``; optimizer_config.py:
-#: default True) or 0 (``Plan.master_weights`` none: the optimizer steps the bf16 parameters).
-MASTER_WEIGHT_BYTES = 4.0
-
-
-def optimizer_state_bytes_per_param(moment_bytes, master_bytes=MASTER_WEIGHT_BYTES):
+def optimizer_state_bytes_per_param(moment_bytes, master_bytes=MASTER_WEIGHT_BYTES["fp32"]):
     """Adam's optimizer states per parameter: the master weights (``master_bytes``: 4 fp32, 2 as bf16
     remainders, 0 without)
     plus two moments of ``moment_bytes`` each (``PlanArrays.moment_bytes``: 4 fp32, the Megatron-Core

@@ -101,6 +101,7 @@ from plan_search.models.spec import ModelSpec
 from plan_search.planner.costmodel import compute
 from plan_search.planner.costmodel import experts
 from plan_search.planner.costmodel.arrays import PlanArrays
+from plan_search.planner.costmodel.plan import MASTER_WEIGHT_BYTES, MOMENT_BYTES
 
 GIB = float(2**30)
 
@@ -248,7 +249,8 @@ def shard_degree(x: PlanArrays):
 
 
 def model_state_bytes(params_local, zero, dp, fp32_grads, grad_bf16_copy=False, optimizer_offload=False,
-                      grads_whole=False, moment_bytes=4.0, master_bytes=4.0) -> dict:
+                      grads_whole=False, moment_bytes=MOMENT_BYTES["fp32"],
+                      master_bytes=MASTER_WEIGHT_BYTES["fp32"]) -> dict:
     """Weights, gradients and optimizer states per GPU for ``params_local`` parameters sharded
     over ``dp`` ranks. ``grads_whole``: ZeRO-2/3 gradients reduced once per step (kept whole).
     ``moment_bytes``: bytes of each Adam moment (``Plan.adam_moments_dtype``), ``master_bytes`` of the

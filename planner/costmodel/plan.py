@@ -73,9 +73,14 @@ PP_SCHEDULE_CODES = {"1f1b": 0, "dualpipe": 1}
 GRAD_REDUCE_CODES = {"default": 0, "step": 1, "microbatch": 2}
 #: Bytes of each Adam moment per parameter by Plan.adam_moments_dtype (fp32 4, bf16 2).
 MOMENT_BYTES = {"fp32": 4.0, "bf16": 2.0}
-#: Plan.cross_entropy coded for PlanArrays.ce (memory.LOSS_BYTES_PER_LOGIT is indexed by it).
-#: Bytes per parameter of the optimizer's master weights by Plan.master_weights.
+#: Bytes per parameter of the optimizer's master weights by Plan.master_weights: fp32 4 (with bf16
+#: Adam moments too: DeepSeek-V3 report Sec. 3.3.3 keeps master weights in FP32; Megatron-Core's
+#: precision-aware optimizer defaults --main-params-dtype fp32), bf16_remainder 2 (its
+#: ``store_param_remainders`` on bf16 weights: megatron/core/optimizer/distrib_optimizer.py@d98e8a64
+#: allocates ``master_param`` as int16 when ``store_param_remainders and bf16``; optimizer_config.py:
+#: default True), none 0 (the optimizer steps the bf16 parameters).
 MASTER_WEIGHT_BYTES = {"fp32": 4.0, "bf16_remainder": 2.0, "none": 0.0}
+#: Plan.cross_entropy coded for PlanArrays.ce (memory.LOSS_BYTES_PER_LOGIT is indexed by it).
 CROSS_ENTROPY_CODES = {"pytorch": 0, "megatron": 1, "te": 2, "pytorch_bf16": 3}
 
 
