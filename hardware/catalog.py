@@ -43,15 +43,22 @@ PROFILES_RESOURCE = "efficiency_profiles.yaml"
 
 
 @functools.lru_cache(maxsize=1)
+def profiles_document() -> Mapping[str, Any]:
+    """``efficiency_profiles.yaml`` parsed once (empty if absent): the megatron overlays below and
+    every framework's profiles (:func:`plan_search.hardware.profiles.load_profiles`)."""
+    f = resources.files("plan_search.hardware").joinpath(PROFILES_RESOURCE)
+    if not f.is_file():
+        return MappingProxyType({})
+    return parse_document(f.read_text(encoding="utf-8"), f"efficiency profiles {PROFILES_RESOURCE}", fast=True) or {}
+
+
+@functools.lru_cache(maxsize=1)
 def _megatron_profiles() -> Mapping[str, Mapping[str, Any]]:
     """``systems.<name>.megatron`` of ``efficiency_profiles.yaml``: efficiency terms fitted by
     ``bench/moe_fidelity.py --refit --write`` (dense + MoE rows), laid over the catalog's own
     ``efficiency`` block of that system (each term listed replaces the catalog's; the entry's
     ``source`` names the rows each term saw)."""
-    f = resources.files("plan_search.hardware").joinpath(PROFILES_RESOURCE)
-    if not f.is_file():
-        return MappingProxyType({})
-    doc = parse_document(f.read_text(encoding="utf-8"), f"efficiency profiles {PROFILES_RESOURCE}", fast=True) or {}
+    doc = profiles_document()
     out = {}
     for name, profs in (doc.get("systems") or {}).items():
         if isinstance(profs, dict) and isinstance(profs.get("megatron"), dict):

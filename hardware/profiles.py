@@ -32,8 +32,6 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-import yaml
-
 from plan_search.hardware.spec import ClusterSpec, EfficiencySpec
 
 PROFILES_FILE = Path(__file__).with_name("efficiency_profiles.yaml")
@@ -95,8 +93,6 @@ def family_prior(megatron: EfficiencySpec, name: str) -> EfficiencySpec:
         f"{name} family prior: structural terms {what or 'none'} on the megatron profile ({megatron.source})")})
 
 
-
-
 def profile_name(framework: str | None, compiled: bool = True) -> str:
     """The profile a framework runs with (``None``: ``megatron``, the catalog default)."""
     if framework is None:
@@ -114,10 +110,11 @@ def profile_name(framework: str | None, compiled: bool = True) -> str:
 
 @functools.lru_cache(maxsize=1)
 def load_profiles() -> dict[str, dict[str, EfficiencySpec]]:
-    """``{system: {profile: EfficiencySpec}}`` from :data:`PROFILES_FILE` (empty if absent)."""
-    if not PROFILES_FILE.is_file():
-        return {}
-    doc = yaml.safe_load(PROFILES_FILE.read_text(encoding="utf-8")) or {}
+    """``{system: {profile: EfficiencySpec}}`` from :data:`PROFILES_FILE` (empty if absent; the
+    document the catalog reads for its megatron overlays, parsed once)."""
+    from plan_search.hardware.catalog import profiles_document
+
+    doc = profiles_document()
     return {sys: {name: EfficiencySpec(**spec) for name, spec in (profs or {}).items()}
             for sys, profs in (doc.get("systems") or {}).items()}
 
