@@ -375,10 +375,15 @@ def moe_activation_delta_per_layer(model: ModelSpec, x: PlanArrays):
     return routed + router + weights + shared - dense
 
 
+def has_moe_selective_set(model: ModelSpec) -> bool:
+    """Whether the model's selective recomputation is the MoE/MLA module set (see the module
+    docstring) rather than the dense attention core: a MoE or MLA model."""
+    return model.is_moe or model.is_mla
+
+
 def moe_selective(model: ModelSpec, x: PlanArrays):
-    """Rows whose selective recomputation is the MoE/MLA module set (see the module docstring)."""
-    on = model.is_moe or model.is_mla
-    return (x.recompute == 1) & on
+    """Rows whose selective recomputation is the MoE/MLA module set."""
+    return (x.recompute == 1) & has_moe_selective_set(model)
 
 
 def selective_saved_bytes_per_token(model: ModelSpec, x: PlanArrays) -> tuple:

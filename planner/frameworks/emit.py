@@ -39,6 +39,7 @@ from plan_search.models.io import InputError, validation_message
 from plan_search.models.spec import ModelSpec
 
 from plan_search.planner.frameworks import rules as fw
+from plan_search.planner.costmodel.experts import has_moe_selective_set
 from plan_search.planner.costmodel.plan import Plan
 
 # ------------------------------------------------------------------ helpers
@@ -195,9 +196,9 @@ def selective_modules(p: Plan, m: ModelSpec) -> list[str] | None:
     model (``planner.costmodel.experts``: norms, expert activation, MLA up-projections -- the MoE
     README's fine-grained set; the attention core only without FlashAttention; arguments.py@000c4ac2
     lists these choices); None for dense models (core_attn)."""
-    mla = m.is_mla
-    if p.recompute != "selective" or not (m.is_moe or mla):
+    if p.recompute != "selective" or not has_moe_selective_set(m):
         return None
+    mla = m.is_mla
     return ([] if p.flash_attention else ["core_attn"]) + ["layernorm"] + (["moe_act"] if m.is_moe else []) + (
         ["mla_up_proj"] if mla else [])
 
