@@ -83,12 +83,11 @@ def evaluate(
     memory_headroom: float = 0.0,
     tokens: float | None = None,
     checkpoint_interval_h: float = 1.0,
-    memory_breakdown: dict | None = None,
 ) -> dict:
-    """All figures for every candidate in ``x`` (numpy arrays). ``memory_breakdown``: the
-    :func:`memory.peak_memory` of ``x`` when the caller priced it already (the search, memory first)."""
+    """All figures for every candidate in ``x`` (numpy arrays): what plan-estimate prints (the
+    search prices memory first and times with :func:`search_figures`)."""
     st = step.step_time(model, cluster, x)
-    mem, usable, fits = memory_fit(model, cluster, x, memory_headroom, memory_breakdown)
+    mem, usable, fits = memory_fit(model, cluster, x, memory_headroom)
     out = {
         "step_s": st["step_s"],
         "breakdown": st["breakdown"],
