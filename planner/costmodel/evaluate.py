@@ -228,8 +228,7 @@ class LayoutTerms:
             new_rows, inv_x = rep[newg] - n_old, tid[inv[n_old:]]
         if len(new_rows):
             xn = x.take(new_rows)
-            layer = memory._layer_bytes(self.model, xn)
-            mem = {st: memory.stage_layout_terms(self.model, self.cluster, xn, st, layer) for st in memory.STAGES}
+            mem = memory.layout_terms_per_stage(self.model, self.cluster, xn)
             kn = [k[new_rows] for k in key]
             if not n_old:
                 self.xu, self._key, self._mem = xn, kn, _Table(mem, len(new_rows))

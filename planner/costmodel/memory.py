@@ -612,6 +612,12 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     }
 
 
+def layout_terms_per_stage(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
+    """:func:`stage_layout_terms` of every stage of :data:`STAGES`, the layer's bytes priced once."""
+    layer = _layer_bytes(model, x)
+    return {st: stage_layout_terms(model, cluster, x, st, layer) for st in STAGES}
+
+
 def peak_memory(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, keys=None, _terms: dict | None = None) -> dict:
     """The worst stage's breakdown (bytes) and which stage it is (``worst_stage``: an index into
     :data:`STAGES`). The middle stages count only with ``pp > 2``; with ``pp == 1`` the one stage
@@ -619,10 +625,7 @@ def peak_memory(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, keys=None
     search's memory-first pass needs ``total`` alone). ``_terms``: :func:`stage_layout_terms` of
     ``x`` per stage when the caller has them (the search prices them once per group of candidates
     that differ only in their data-parallel degree: evaluate.LayoutTerms)."""
-    if _terms is None:
-        layer = _layer_bytes(model, x)
-        _terms = {st: stage_layout_terms(model, cluster, x, st, layer) for st in STAGES}
-    terms = _terms
+    terms = layout_terms_per_stage(model, cluster, x) if _terms is None else _terms
     total_only = keys is not None and tuple(keys) == ("total",)
     per = [stage_memory_bytes(model, cluster, x, st, _terms=terms[st], total_only=total_only) for st in STAGES]
     t0 = per[0]["total"]
