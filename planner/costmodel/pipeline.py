@@ -42,9 +42,12 @@ def stage_mix(x: PlanArrays, first, mid, last, num_layers=None):
     return slow, mean
 
 
-def pipeline_s(x: PlanArrays, slow, mean) -> dict:
-    """Steady-state and bubble seconds of one step."""
-    m = x.m.astype(float)
-    steady = m * slow
-    bubble = np.where(x.pp_sched == 1, (x.pp / 2.0 - 1.0) * (2.0 / 3.0), (x.pp - 1) / x.vpp) * mean
-    return {"steady_s": steady, "bubble_s": bubble, "bubble_fraction": bubble / np.maximum(steady, 1e-30)}
+def bubble_s(x: PlanArrays, mean):
+    """Bubble seconds of one step (warm-up and cool-down; the steady state is ``m`` times the
+    slowest stage): ``(p-1)/v`` mean stage times for 1F1B, ``(p/2-1) * 2/3`` for DualPipe."""
+    return np.where(x.pp_sched == 1, (x.pp / 2.0 - 1.0) * (2.0 / 3.0), (x.pp - 1) / x.vpp) * mean
+
+
+def bubble_fraction(bubble, steady):
+    """The bubble as a fraction of the steady-state (ideal) time."""
+    return bubble / np.maximum(steady, 1e-30)

@@ -188,7 +188,7 @@ def layout_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
     tot = lambda c: sum(c[k] for k in c)  # noqa: E731
     t_first, t_mid, t_last = tot(first), tot(mid), tot(last)
     slow, mean = pipeline.stage_mix(x, t_first, t_mid, t_last, model.num_layers)
-    bubble = pipeline.pipeline_s(x, slow, mean)["bubble_s"]  # (its steady part: per row, m x slow)
+    bubble = pipeline.bubble_s(x, mean)  # (the steady part is per row: m x slow)
     # Components of the slowest stage make up the steady state.
     is_last = (t_last >= t_first) & ((x.pp <= 2) | (t_last >= t_mid))
     is_mid = (~is_last) & (x.pp > 2) & (t_mid > t_first)
@@ -238,7 +238,7 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, _terms: dic
     out = {k: m * v for k, v in t["pick"].items()}
     out["bubble_s"] = t["bubble"]
     steady = m * t["slow"]
-    bubble_fraction = t["bubble"] / np.maximum(steady, 1e-30)  # pipeline.pipeline_s
+    bubble_fraction = pipeline.bubble_fraction(t["bubble"], steady)
 
     psi, psi_e = t["psi"], t["psi_e"]
     dp = dp_dense = comm.dp_step_s(psi, x, cluster)
