@@ -1031,13 +1031,11 @@ def _time_until_below(s: System, rows: np.ndarray, g: np.ndarray, below: np.ndar
     """Time ``rows`` (candidates of ``s``; ``g`` their groups) group by group, :data:`BIND_ROUND`
     of each group first (less recomputation first, then the stable order), then eight times more
     per round, until each group has a timed row faster than ``below`` of its group or none left;
-    False when the deadline stopped it."""
+    False when the deadline stopped it. ``rows`` are untimed and of groups whose ``below`` is finite
+    (the caller's selection)."""
     days, timed = s.cols["days"], s.cols["timed"]
     hit = np.zeros(len(below), dtype=bool)
-    rows = rows[~timed[rows]]
     gr = g[rows]
-    keep = np.isfinite(below[gr])  # -inf: a group nobody reads
-    rows, gr = rows[keep], gr[keep]
     if not len(rows):
         return True
     # grouped; within a group the plans that recompute less first (the likeliest to be faster than a
