@@ -312,7 +312,7 @@ def _layer_bytes(model: ModelSpec, x: PlanArrays):
     """(stored, recomputed, rematerialised) bytes of one layer and micro-batch on one GPU;
     ``rematerialised`` is the re-run layer at the peak of its backward
     (:func:`rerun_peak_extra_bytes_per_token`)."""
-    T = (x.mb * x.seq // x.cp).astype(float)
+    T = compute.tokens_per_gpu(x)
     t = x.tp.astype(float)
     r = activation_bytes_per_token(model, x)
     replicated = np.where(x.sp, r["replicated"] / t, r["replicated"])
@@ -360,7 +360,7 @@ def mtp_activation_bytes(model: ModelSpec, x: PlanArrays):
     if model.is_moe:
         stored = stored + experts.moe_activation_delta_per_layer(model, x)
     block = np.where(x.rc_layers >= model.num_layers, recomputed, stored)
-    T = (x.mb * x.seq // x.cp).astype(float)
+    T = compute.tokens_per_gpu(x)
     h, V = model.hidden_size, model.vocab_size
     sp_div = np.where(x.sp, x.tp, 1).astype(float)
     logit_b = loss_bytes_per_logit(x)[0]  # the depth's own logits as its loss keeps them (fp32 or bf16)
@@ -492,7 +492,7 @@ def stage_layout_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     rc_per_chunk = np.minimum(n_rc / x.vpp, per_chunk_layers)
     per_chunk = rc_per_chunk * recomputed + (per_chunk_layers - rc_per_chunk) * stored
     kept_per_layer = np.where(n_rc > 0, recomputed, stored)
-    T = (x.mb * x.seq // x.cp).astype(float)
+    T = compute.tokens_per_gpu(x)
     sp_div = np.where(x.sp, x.tp, 1).astype(float)
     logit_stored, logit_extra = loss_bytes_per_logit(x)  # 4 + 8 B unfused PyTorch (Plan.cross_entropy)
     output = np.where(has_output, T * (4.0 * h / sp_div + logit_stored * V / x.tp), 0.0)
@@ -556,7 +556,7 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     layer_acts = chunks * t["per_chunk"]
     if np.any(x.act_offload):
         layer_acts = np.where(x.act_offload, np.minimum(layer_acts, t["offload_cap"]), layer_acts)
-    T = (x.mb * x.seq // x.cp).astype(float)
+    T = compute.tokens_per_gpu(x)
     sp_div = np.where(x.sp, x.tp, 1).astype(float)
     mask = (model.hidden_size if model.dropout else 0.0) / sp_div
     embed = np.where(has_embed, chunks / x.vpp * T * (8.0 + mask), 0.0)
