@@ -197,14 +197,21 @@ def _balanced_uneven(p: Plan, num_layers: int) -> bool:
             and not (p.account_for_embedding_in_pipeline_split or p.account_for_loss_in_pipeline_split))
 
 
+def _mcore_end_split(p: Plan, num_layers: int) -> tuple[list[int] | None, bool]:
+    """(the balanced uneven split Megatron is given, whether its explicit first/last stage layers
+    can write it: its middle stages equal); (None, False) when the plan has no such split."""
+    if not _balanced_uneven(p, num_layers):
+        return None, False
+    s = p.split(num_layers)
+    return s, len(set(s[1:-1])) <= 1
+
+
 def _mcore_split(p: Plan, m: ModelSpec) -> Optional[str]:
     """A balanced split Megatron cannot write: its uneven pipeline takes explicit first/last stage
     layers and splits the rest evenly over the middle stages; the nearest split it can run instead."""
-    if not _balanced_uneven(p, m.num_layers):
-        return None
-    s = p.split(m.num_layers)
-    if len(set(s[1:-1])) <= 1:
-        return None  # written as --decoder-first/last-pipeline-num-layers by normalize()
+    s, writable = _mcore_end_split(p, m.num_layers)
+    if s is None or writable:
+        return None  # none, or written as --decoder-first/last-pipeline-num-layers by normalize()
     l, pp = m.num_layers, p.pp
     mid = -(-l // pp)
     rest = l - (pp - 2) * mid
@@ -719,9 +726,9 @@ def normalize(framework: str, plan: Plan, num_layers: int | None = None) -> Plan
     first/last split is written out in full (both ends), or dropped when it is the even split."""
     fw = _known(framework)
     p = _rebuild(plan, **_inert(fw, plan))
-    if num_layers is not None and fw in ("megatron", "nemo") and _balanced_uneven(p, num_layers):
-        s = p.split(num_layers)  # issue 12: Megatron splits unevenly only through explicit end stages
-        if len(set(s[1:-1])) <= 1:
+    if num_layers is not None and fw in ("megatron", "nemo"):
+        s, writable = _mcore_end_split(p, num_layers)  # issue 12: Megatron splits unevenly only through end stages
+        if writable:
             p = _rebuild(p, first_stage_layers=s[0], last_stage_layers=s[-1])
     if num_layers is not None and _uneven(p):
         f, mid, la = p.stage_layers(num_layers)
