@@ -57,7 +57,7 @@ def test_shared_terms_equal_the_direct_path(case):
             _flat(step.step_time(model, cluster, xs, shared.step(g[rows])))
         for k in direct_mem:
             assert np.array_equal(direct_mem[k], via_mem[k]), k
-        total = memory.peak_memory(model, cluster, xs, ("total",), shared.memory(g[rows]))["total"]
+        total = memory.peak_memory(model, cluster, xs, True, shared.memory(g[rows]))["total"]
         assert np.array_equal(total, direct_mem["total"])
         assert direct_st.keys() == via_st.keys()
         for k in direct_st:

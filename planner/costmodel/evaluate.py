@@ -64,14 +64,14 @@ def hardware_flops_per_iteration(model: ModelSpec, x: PlanArrays):
 
 
 def memory_fit(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, memory_headroom: float = 0.0,
-               memory_breakdown: dict | None = None, keys: tuple[str, ...] | None = None, _terms: dict | None = None):
+               memory_breakdown: dict | None = None, total_only: bool = False, _terms: dict | None = None):
     """(memory breakdown, usable bytes, fits): the one feasibility rule, which the search also
     applies on its own before timing (memory first: a plan that does not fit is not timed).
     ``memory_breakdown``: :func:`memory.peak_memory` of ``x`` when the caller already has it;
-    ``keys``: the breakdown entries wanted (``total`` is always priced; the search needs it alone);
+    ``total_only``: the breakdown's ``total`` alone (and ``worst_stage``; the search's memory-first pass);
     ``_terms``: :meth:`LayoutTerms.memory` of ``x``."""
     mem = memory_breakdown if memory_breakdown is not None else memory.peak_memory(
-        model, cluster, x, None if keys is None else tuple(dict.fromkeys(("total", *keys))), _terms)
+        model, cluster, x, total_only, _terms)
     usable = cluster.gpu.memory_gib * GIB * (1.0 - memory_headroom)
     return mem, usable, mem["total"] <= usable
 

@@ -618,21 +618,21 @@ def layout_terms_per_stage(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays
     return {st: stage_layout_terms(model, cluster, x, st, layer) for st in STAGES}
 
 
-def peak_memory(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, keys=None, _terms: dict | None = None) -> dict:
+def peak_memory(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, total_only: bool = False,
+                _terms: dict | None = None) -> dict:
     """The worst stage's breakdown (bytes) and which stage it is (``worst_stage``: an index into
     :data:`STAGES`). The middle stages count only with ``pp > 2``; with ``pp == 1`` the one stage
-    is the "first" (it carries both ends). ``keys``: only these entries of the breakdown (the
-    search's memory-first pass needs ``total`` alone). ``_terms``: :func:`stage_layout_terms` of
+    is the "first" (it carries both ends). ``total_only``: the ``total`` entry alone (the
+    search's memory-first pass needs nothing else). ``_terms``: :func:`stage_layout_terms` of
     ``x`` per stage when the caller has them (the search prices them once per group of candidates
     that differ only in their data-parallel degree: evaluate.LayoutTerms)."""
     terms = layout_terms_per_stage(model, cluster, x) if _terms is None else _terms
-    total_only = keys is not None and tuple(keys) == ("total",)
     per = [stage_memory_bytes(model, cluster, x, st, _terms=terms[st], total_only=total_only) for st in STAGES]
     t0 = per[0]["total"]
     t1, t2 = np.where(x.pp > 2, per[1]["total"], -np.inf), np.where(x.pp > 1, per[2]["total"], -np.inf)
     # the first stage with the largest total (np.argmax over the three, without stacking them)
     worst = np.where(t2 > np.maximum(t0, t1), 2, (t1 > t0).astype(np.int64))
-    out = {k: np.choose(worst, [per[0][k], per[1][k], per[2][k]]) for k in (keys or per[0])}
+    out = {k: np.choose(worst, [per[0][k], per[1][k], per[2][k]]) for k in (("total",) if total_only else per[0])}
     out["worst_stage"] = worst
     return out
 

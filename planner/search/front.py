@@ -210,7 +210,7 @@ def evaluate_columns(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, requ
             break
         sl = slice(a, a + EVAL_CHUNK)
         chunk = x.take(sl)
-        mem, usable, fits = memory_fit(model, cluster, chunk, request.memory_headroom, keys=("total",),
+        mem, usable, fits = memory_fit(model, cluster, chunk, request.memory_headroom, total_only=True,
                                        _terms=None if group is None else shared.memory(group[sl]))
         cols = {k: np.full(len(chunk), np.inf) for k in COLUMNS}
         cols["memory_peak_gib"] = mem["total"] / GIB
