@@ -90,7 +90,7 @@ MAX_TYPES = 32
 #: Share of :func:`allocate`'s time limit the searches may take; the CP-SAT solve gets the rest.
 SEARCH_SHARE = 0.7
 #: Share of the time limit left after the solve for the result (and the command's start-up).
-REPORT_SHARE = 0.05
+REPORT_RESERVE_SHARE = 0.05
 #: A search or a solve is not started with less time than this (seconds).
 MIN_SEARCH_S = 0.05
 MIN_SOLVE_S = 0.05
@@ -876,6 +876,6 @@ def allocate(pool: Pool | dict, jobs: Jobs | dict | list, *, objective: str = "w
         raise InputError(validation_message(exc, "allocate")) from None
     # one time limit for the whole allocation: the searches get SEARCH_SHARE of it, the solve the rest
     problem = build_problem(p, js, until=t0 + SEARCH_SHARE * time_limit_s)
-    # the solve ends REPORT_SHARE before the limit: packing and printing the answer take the rest
-    left = max(t0 + (1.0 - REPORT_SHARE) * time_limit_s - time.perf_counter(), MIN_SOLVE_S)
+    # the solve ends REPORT_RESERVE_SHARE before the limit: packing and printing the answer take the rest
+    left = max(t0 + (1.0 - REPORT_RESERVE_SHARE) * time_limit_s - time.perf_counter(), MIN_SOLVE_S)
     return solve(problem, objective, allow_unscheduled=allow_unscheduled, time_limit_s=left)

@@ -103,7 +103,7 @@ COLUMNS = ("memory_peak_gib", "memory_usable_gib", "fits", "comm_ratio", "days",
 TIMED_COLUMNS = ("comm_ratio", "days", "cost_usd", "energy_kwh", "power_kw", "mfu")
 #: Share of ``time_limit_s`` the search's phases may use; the rest is for the front's figures and
 #: the report (the whole command is bounded by the limit).
-REPORT_SHARE = 0.85
+WORK_SHARE = 0.85
 #: Default GPU-count rule: start at this many nodes, double while doubling the GPUs still
 #: shortens the fastest run by at least DOUBLING_GAIN (a 1.5x speed-up for 2x the GPUs, 75 %
 #: marginal scaling efficiency); never beyond DEFAULT_MAX_GPUS.
@@ -1254,7 +1254,7 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
     # the search's phases (enumeration, evaluation, solve) stop at 85% of the limit: the rest is
     # for the front's figures, the "memory binds" timing and the report, bounded by the limit itself
     hard_deadline = t0 + req.time_limit_s
-    deadline = t0 + REPORT_SHARE * req.time_limit_s
+    deadline = t0 + WORK_SHARE * req.time_limit_s
     model, clusters, gbs, seq = resolve_inputs(req, model)
     systems: list[System] = []
     t_enum = t_eval = 0.0
