@@ -27,8 +27,10 @@ that ran needing more than its GPU's physical capacity; every published OOM pred
 MoE rows (:func:`moe_rows_check`): every MoE row of planner/runs_2026_12.csv that ran, completed by
 bench/moe_fidelity.py's loader (imported, not copied: the printed degrees, bench/moe_recipes.yaml's
 recipe settings, ``moe_fidelity.memory_settings``), its least-memory candidate's figure at capacity
-against the GPU's; rows the loader cannot complete are listed as unknown, and rows still above
-capacity carry what is known of the mechanism missing (:data:`MOE_OVER_CAPACITY_NOTES`).
+against the GPU's; rows the loader cannot complete are listed as unknown, and a row above capacity
+is also priced with its recipe's degrees where the recipe names others (``recipe_degrees_figure``).
+A row whose printed MBS x DP x GA is not its GBS takes its recipe's micro-batch
+(``moe_fidelity._recipe_settled_micro_batch`` says why and which row).
 
 The plan of a row is what the source ran; what it leaves out is set as its framework does, and
 said in :func:`plan_for` (torchtitan: FSDP2 with fp32 reduce, reshard_after_forward off under
@@ -331,17 +333,6 @@ def ran_over_capacity() -> tuple[list[str], list[str]]:
     return over, refused
 
 
-#: MoE rows of planner/runs_2026_12.csv (row numbers as bench/moe_fidelity.py prints them: data
-#: row + 1000) still predicted above capacity, with what is known of the mechanism the cost model
-#: misses and what the sources leave unknown (printed beside the row; nothing here enters a figure).
-MOE_OVER_CAPACITY_NOTES = {
-    ("megatron-bridge", "gpt-oss-120b"):
-        "the 25.11 table prints MBS 4 at pp 4; GPT_OSS_120B_H100_BF16_BASE_CONFIG (Megatron-Bridge@0465189 "
-        "scripts/performance/configs/gpt_oss/workload_base_configs.py) runs micro_batch_size 1; the table's "
-        "GA 2 fits neither (512 / (dp 16 x 4) = 8): the row's configuration is not settled",
-}
-
-
 #: bench/moe_recipes.yaml ``differs`` items (the recipe's degree where the published table prints
 #: another) -> the Plan field.
 _DIFFERS = {"mb": "micro_batch", "vp": "vpp", "ep": "ep", "pp": "pp", "gb": "global_batch"}
@@ -430,8 +421,6 @@ def moe_rows_check() -> tuple[list[str], list[str]]:
                 notes += ("; " if notes else "") + alt
             if alt_fits:
                 unsettled.append(str(r.index))
-        if flag and (r.group, r.model_key) in MOE_OVER_CAPACITY_NOTES:
-            notes += ("; " if notes else "") + MOE_OVER_CAPACITY_NOTES[(r.group, r.model_key)]
         print(f"{r.index:5d} {r.model_key[:16]:16s} {r.gpu[:12]:12s} {r.n:5d} {r.group[:22]:22s} {label[:40]:40s} "
               f"{states:7.1f} {float(mem['activations'][i]) / G:6.1f} {float(mem['transient'][i]) / G:6.1f} "
               f"{float(mem['allocator_slack'][i]) / G:6.1f} {need:7.1f} {c.gpu.memory_gib:6.1f}{flag}"

@@ -245,6 +245,31 @@ def memory_settings(group: str, model_key: str, rec: dict | None, precision: str
     return out
 
 
+def _recipe_settled_micro_batch(row: dict, rec: dict | None) -> int | None:
+    """The recipe's micro-batch where the row's printed figures contradict each other, else None.
+
+    A table row prints its micro-batch (MBS), global batch (GBS), its GPUs and degrees (so DP) and,
+    in the notes, its gradient accumulation (``GA printed N``); they must satisfy MBS x DP x GA =
+    GBS. Where they do not, the row's MBS is not evidence of what ran, and the recipe at the
+    container's branch (bench/moe_recipes.yaml, ``differs: [mb M]``, read at repo@commit) settles
+    it. Applied to every row; in planner/runs_2026_12.csv one row (1051) both contradicts itself
+    and has a recipe micro-batch: Megatron-Bridge 25.11's GPT-OSS-120B on 64 H100 prints MBS 4 and
+    GA 2 at DP 16 (4 x 16 x 2 = 128, not its GBS 512) -- the same MBS/GA pair as the B200 row
+    above it in the same table, where it holds (4 x 64 x 2 = 512) -- and its recipe
+    (GPT_OSS_120B_H100_BF16_BASE_CONFIG, Megatron-Bridge@0465189) runs micro_batch_size 1.
+    (1043 contradicts itself too, but its recipe is a 64-GPU run and names no micro-batch.)"""
+    m = re.search(r"\bGA printed (\d+)", row.get("notes") or "")
+    mb, gb = _int(row["micro_batch"]), _int(row["global_batch"])
+    tp, pp, cp = _int(row["tp"]) or 1, _int(row["pp"]) or 1, _int(row["cp"]) or 1
+    if not (m and mb and gb and rec):
+        return None
+    dp = _int(row["num_gpus"]) // (tp * pp * cp)
+    if mb * dp * int(m.group(1)) == gb:
+        return None
+    said = [int(v) for k, _, v in (str(i).partition(" ") for i in rec.get("differs") or []) if k == "mb"]
+    return said[0] if said else None
+
+
 def _row_candidates(row: dict, model: ModelSpec, group: str, gpu: str, n: int, model_key: str = ""):
     notes = f"{row.get('notes', '')}"
     rec = recipe_for(row)
@@ -265,6 +290,10 @@ def _row_candidates(row: dict, model: ModelSpec, group: str, gpu: str, n: int, m
     vpps = [vpp] if vpp else [1, 2, 4, 8]
     if not vpp:
         assumed.append("vpp")
+    settled_mb = _recipe_settled_micro_batch(row, rec)
+    if settled_mb:
+        mb = settled_mb
+        assumed.append(f"micro_batch {settled_mb} (recipe; the table's MBS x DP x GA != GBS)")
     mbs = [mb] if mb else [1, 2, 4]
     if not mb:
         assumed.append("micro_batch")
