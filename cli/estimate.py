@@ -169,7 +169,7 @@ def _efficiency_lines(e) -> list[str]:
         f"inter {e.inter_bw_eff:.3g}, zero3 {e.zero3_bw_eff:.3g}; overlap dp {e.dp_overlap:.3g} "
         f"tp {e.tp_overlap:.3g} pp {e.pp_overlap:.3g} cp {e.cp_overlap:.3g}; step overhead "
         f"{e.step_overhead_s:.3g} s, framework {e.framework_overhead_gib:.3g} GiB, fragmentation "
-        f"{e.fragmentation:.3g}"
+        f"{e.fragmentation:.3g}; kernel fusion {e.kernel_fusion}"
     )
     return ["efficiency terms"] + _wrap(terms) + _wrap(f"source: {e.source}")
 

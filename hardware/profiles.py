@@ -143,10 +143,29 @@ def profile_for(cluster: ClusterSpec, name: str) -> EfficiencySpec:
     return family_prior(cluster.efficiency, name)
 
 
+def file_efficiency(cluster: ClusterSpec) -> dict:
+    """The efficiency terms ``cluster``'s own file sets explicitly (``hardware.resolve`` credits them
+    in ``sources`` as ``efficiency.<term>``), with their values."""
+    from plan_search.hardware.resolve import FILE_EFFICIENCY_PREFIX
+
+    names = [k[len(FILE_EFFICIENCY_PREFIX):] for k in cluster.sources if k.startswith(FILE_EFFICIENCY_PREFIX)]
+    return {n: getattr(cluster.efficiency, n) for n in names if n in EfficiencySpec.model_fields and n != "source"}
+
+
 def for_framework(cluster: ClusterSpec, framework: str | None, compiled: bool = True) -> ClusterSpec:
     """``cluster`` with the efficiency of ``framework``'s profile (unchanged for Megatron/NeMo or
-    no framework)."""
+    no framework). A term the cluster file sets itself (``efficiency: {kernel_fusion: eager}``)
+    wins over the profile's value: the profile is a framework default, the file the user's own
+    figure; the profile's ``source`` then names the terms kept."""
     name = profile_name(framework, compiled)
     if name == "megatron":
         return cluster
-    return cluster.model_copy(update={"efficiency": profile_for(cluster, name)})
+    spec = profile_for(cluster, name)
+    own = file_efficiency(cluster)
+    if own:
+        kept = ", ".join(f"{k}={v}" for k, v in own.items())
+        where = sorted({cluster.sources[f"efficiency.{k}"] for k in own})
+        spec = spec.model_copy(update={**own, "source": (
+            f"{kept} kept from {', '.join(where)} over the {name} profile (a cluster file's explicit value wins "
+            f"over a framework default); the rest: {spec.source}")})
+    return cluster.model_copy(update={"efficiency": spec})

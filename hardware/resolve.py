@@ -90,6 +90,23 @@ def _credit_file(merged: dict[str, Any], data: dict[str, Any], note: str) -> Non
                     top[key] = note
 
 
+#: Prefix of the ``sources`` keys naming the efficiency terms a cluster file sets itself: a framework's
+#: profile (``hardware.profiles.for_framework``) keeps them instead of its own values.
+FILE_EFFICIENCY_PREFIX = "efficiency."
+
+
+def _mark_efficiency(merged: dict[str, Any], data: dict[str, Any], file_name: str) -> None:
+    """Credit the efficiency terms the file gives explicitly to the file (``sources["efficiency.<term>"]``):
+    an explicit value of the user's wins over a framework profile's default."""
+    eff = data.get("efficiency")
+    if not isinstance(eff, dict) or not isinstance(merged.get("sources", {}), dict):
+        return
+    sources = merged.setdefault("sources", {})
+    for key in eff:
+        if key != "source":
+            sources[f"{FILE_EFFICIENCY_PREFIX}{key}"] = f"cluster file {file_name}"
+
+
 def load_cluster_file(path: str | Path) -> ClusterSpec:
     """A :class:`ClusterSpec` from a YAML/JSON file, with optional ``base: <catalog name>``."""
     p = expand_path(path)
@@ -111,6 +128,7 @@ def load_cluster_file(path: str | Path) -> ClusterSpec:
         _check_fields(data, ClusterSpec, where)
         merged = dict(data)
         merged.setdefault("name", p.stem)
+    _mark_efficiency(merged, data, p.name)
     try:
         return ClusterSpec.model_validate(merged)
     except ValidationError as exc:
