@@ -499,61 +499,84 @@ def prune(t: Table, n_groups: int) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ CP-SAT
-def solver_parameters(request: SearchRequest, time_left: float):
-    """Every CP-SAT parameter of the search, in one place."""
-    from ortools.sat.python import cp_model
+def _cpsat():
+    """OR-Tools' CP-SAT without ``ortools.sat.python.cp_model``: that module imports pandas (~0.25 s
+    of a 0.4 s import) for its DataFrame helpers, which the search does not use. The model is a
+    CpModelProto built here and solved by the helper's SolveWrapper, the two things cp_model's
+    CpModel and CpSolver wrap (the same proto, the same solver: the same answer). From OR-Tools
+    9.15 the protos are the helper's own (pybind11) classes; before, the protobuf messages of
+    ``cp_model_pb2``/``sat_parameters_pb2`` (same field names). Returns (model proto class,
+    parameters class, SolveWrapper class, {"optimal", "feasible", "infeasible"} -> status)."""
+    from ortools.sat.python import cp_model_helper as cmh
 
-    s = cp_model.CpSolver()
-    s.parameters.max_time_in_seconds = max(time_left, 1e-3)
-    s.parameters.num_workers = request.solver_threads
-    s.parameters.random_seed = request.seed
-    s.parameters.log_search_progress = False
-    s.parameters.catch_sigint_signal = False  # Ctrl-C stays Python's KeyboardInterrupt
+    if hasattr(cmh, "CpModelProto"):
+        status = {k: getattr(cmh.CpSolverStatus, k.upper()) for k in ("optimal", "feasible", "infeasible")}
+        return cmh.CpModelProto, cmh.SatParameters, cmh.SolveWrapper, status
+    from ortools.sat import cp_model_pb2, sat_parameters_pb2
+
+    status = {k: getattr(cp_model_pb2, k.upper()) for k in ("optimal", "feasible", "infeasible")}
+    return cp_model_pb2.CpModelProto, sat_parameters_pb2.SatParameters, cmh.SolveWrapper, status
+
+
+def solver_parameters(request: SearchRequest, time_left: float):
+    """Every CP-SAT parameter of the search, in one place (a SatParameters)."""
+    p = _cpsat()[1]()
+    p.max_time_in_seconds = max(time_left, 1e-3)
+    p.num_workers = request.solver_threads
+    p.random_seed = request.seed
+    p.log_search_progress = False
+    p.catch_sigint_signal = False  # Ctrl-C stays Python's KeyboardInterrupt
     # The models are one exactly-one over a few dozen Booleans with a linear objective of distinct
     # ranks: presolve's probing and symmetry detection find nothing to use and cost ~40% of each
     # solve (GPT-3 175B's 67-solve walk: 17.4 -> 10.8 ms CPU); the optimum (unique) is unchanged.
-    s.parameters.cp_model_probing_level = 0
-    s.parameters.symmetry_level = 0
-    return s
+    p.cp_model_probing_level = 0
+    p.symmetry_level = 0
+    return p
 
 
 @dataclass
 class Model:
-    """A CP-SAT model over a :class:`Table` (see :func:`build_model`)."""
+    """A CP-SAT model over a :class:`Table` (see :func:`build_model`): its CpModelProto, whose
+    variable ``i`` is the Boolean "row ``i`` is chosen"."""
 
     cp: object
-    pick: list
     pos: np.ndarray
     order: np.ndarray  # order[p] = row whose objective coefficient is p
 
     def forbid(self, rows) -> None:
         """Constraint: none of ``rows`` is chosen (their Booleans' domains become {0}, so the
         model does not grow along the walk)."""
+        variables = self.cp.variables
         for i in rows:
-            self.pick[int(i)].proto.domain[1] = 0
+            variables[int(i)].domain[1] = 0
 
     def hint(self, row: int | None) -> None:
-        self.cp.ClearHints()
+        if hasattr(self.cp, "clear_solution_hint"):  # OR-Tools 9.15+'s protos
+            self.cp.clear_solution_hint()
+        else:  # a protobuf message
+            self.cp.ClearField("solution_hint")
         if row is not None:
-            self.cp.AddHint(self.pick[int(row)], 1)
+            self.cp.solution_hint.vars.append(int(row))
+            self.cp.solution_hint.values.append(1)
 
 
 def build_model(t: Table, request: SearchRequest, labels: list[str], key: tuple[str, ...],
                 node_sizes: np.ndarray) -> Model:
     """CP-SAT: choose exactly one candidate of ``t`` under the request's limits, minimising the
     lexicographic ``key`` (ordinal scaling, see the module docstring)."""
-    from ortools.sat.python import cp_model
-
-    m = cp_model.CpModel()
-    m.SetName("plan-search")
-    pick = [m.NewBoolVar(f"pick[{i}]:{labels[int(t.system[i])]}x{int(t.gpus[i])}#{int(t.row[i])}")
-            for i in range(len(t))]
-    m.AddExactlyOne(pick)
+    m = _cpsat()[0]()
+    m.name = "plan-search"
+    for i in range(len(t)):
+        v = m.variables.add()
+        v.name = f"pick[{i}]:{labels[int(t.system[i])]}x{int(t.gpus[i])}#{int(t.row[i])}"
+        v.domain.extend((0, 1))
+    m.constraints.add().exactly_one.literals.extend(range(len(t)))
 
     # Limits on the chosen candidate. With exactly one Boolean true, "attribute of the choice
     # <= limit" is exactly "no candidate over the limit is chosen": stated that way (one named
-    # clause per limit) rather than as a weighted sum, whose presolve costs ~8 ms per solve on
-    # a few hundred distinct coefficients against ~0.5 ms for the whole model.
+    # clause per limit: the negations of the Booleans over it) rather than as a weighted sum, whose
+    # presolve costs ~8 ms per solve on a few hundred distinct coefficients against ~0.5 ms for the
+    # whole model.
     nodes = -(-t.gpus // node_sizes[t.system])
     limits = (
         ("deadline", t.days, request.deadline_days, 1),
@@ -567,24 +590,32 @@ def build_model(t: Table, request: SearchRequest, labels: list[str], key: tuple[
         if limit is None:
             continue
         over = np.nonzero(col > limit if sign > 0 else col < limit)[0]
-        m.AddBoolAnd([pick[int(i)].Not() for i in over]).WithName(name)
+        c = m.constraints.add()
+        c.name = name
+        if hasattr(c.bool_and, "SetInParent"):  # a protobuf message: an empty list still sets the field
+            c.bool_and.SetInParent()
+        c.bool_and.literals.extend((-over - 1).tolist())  # literal -i-1: "not variable i"
     pos = positions(t, key)
-    m.Minimize(cp_model.LinearExpr.WeightedSum(pick, pos.tolist()))
+    # objective sum(pos[i] * pick[i]); a zero coefficient is left out, as cp_model writes it
+    nz = np.nonzero(pos)[0]
+    m.objective.vars.extend(nz.tolist())
+    m.objective.coeffs.extend(pos[nz].tolist())
+    m.objective.scaling_factor = 1.0
     order = np.empty(len(t), dtype=np.int64)
     order[pos] = np.arange(len(t))
-    return Model(m, pick, pos, order)
+    return Model(m, pos, order)
 
 
 def _solve(model: Model, request: SearchRequest, deadline: float) -> tuple[str, int | None]:
     """Solve; (status, chosen row)."""
-    from ortools.sat.python import cp_model
-
-    s = solver_parameters(request, deadline - time.perf_counter())
-    st = s.Solve(model.cp)
-    if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        row = int(model.order[int(round(s.ObjectiveValue()))])
-        return ("optimal" if st == cp_model.OPTIMAL else "feasible"), row
-    if st == cp_model.INFEASIBLE:
+    _, _, solve_wrapper, status = _cpsat()
+    w = solve_wrapper()
+    w.set_parameters(solver_parameters(request, deadline - time.perf_counter()))
+    r = w.solve(model.cp)
+    if r.status in (status["optimal"], status["feasible"]):
+        row = int(model.order[int(round(r.objective_value))])
+        return ("optimal" if r.status == status["optimal"] else "feasible"), row
+    if r.status == status["infeasible"]:
         return "infeasible", None
     return "unknown", None
 
@@ -1307,7 +1338,7 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
     full = build_table(systems, feasible, groups)
     rule, key = resolve_objective(req)
     if req.solver == "cpsat":
-        from ortools.sat.python import cp_model  # noqa: F401  (imported lazily: ~0.2 s with pandas)
+        _cpsat()  # imported lazily (~0.06 s), not counted in solve_s
     t_solve0 = time.perf_counter()
     if req.solver == "exhaustive":
         table = full
@@ -1387,22 +1418,21 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
 
 def _import_cp_model() -> None:
     try:
-        from ortools.sat.python import cp_model  # noqa: F401
+        _cpsat()
     except Exception:  # noqa: BLE001  (the solve imports it again and reports the error)
         pass
 
 
 def preload_cp_model() -> None:
-    """Import OR-Tools' CP-SAT in a background thread while the candidates are enumerated and priced:
-    its import takes ~0.15-0.2 s (it imports pandas), about what the pricing takes, and numpy releases
-    the interpreter lock in its loops, so on two cores the two overlap. The solve's own import finds
-    the module loaded (or waits for the thread: one module lock). A no-op once it is loaded. Called by
-    the ``plan-search`` command, a process that never forks (a fork while the thread holds an import
-    lock would leave the child waiting on it: the API's :func:`search` starts no thread)."""
+    """Import OR-Tools' CP-SAT (:func:`_cpsat`) in a background thread while the candidates are
+    enumerated and priced. The solve's own import finds the module loaded (or waits for the thread:
+    one module lock). A no-op once it is loaded. Called by the ``plan-search`` command, a process that
+    never forks (a fork while the thread holds an import lock would leave the child waiting on it: the
+    API's :func:`search` starts no thread)."""
     import sys
     import threading
 
-    if "ortools.sat.python.cp_model" not in sys.modules:
+    if "ortools.sat.python.cp_model_helper" not in sys.modules:
         threading.Thread(target=_import_cp_model, name="import-cp-sat", daemon=True).start()
 
 
