@@ -738,8 +738,6 @@ def solve(problem: Problem, objective: str = "weighted-completion", *, allow_uns
     """Choose the options (see the module docstring) and pack the result. Raises
     :class:`AllocationInfeasible` when no job has an option, or the pool cannot hold every
     job that has one and ``allow_unscheduled`` is off."""
-    from ortools.sat.python import cp_model
-
     t0 = time.perf_counter()
     deadline = t0 + time_limit_s
     tiers = tiers_of(objective, allow_unscheduled)
@@ -750,6 +748,8 @@ def solve(problem: Problem, objective: str = "weighted-completion", *, allow_uns
         shown = "; ".join(f"{j.name}: {_short(j.reason, 300)}" for j in jobs[:3])
         more = f"; and {len(jobs) - 3} more jobs" if len(jobs) > 3 else ""
         raise AllocationInfeasible(f"no job has an option: {shown}{more}")
+    from ortools.sat.python import cp_model  # only when there is something to solve (~0.4 s with pandas)
+
     am = build_model(problem, terms, tiers, allow_unscheduled)
     start = greedy(problem, terms, tiers)
     _hint(am, start)
@@ -858,6 +858,13 @@ def allocate(pool: Pool | dict, jobs: Jobs | dict | list, *, objective: str = "w
     from pydantic import ValidationError
 
     from plan_search.models.io import InputError, short_repr, validation_message
+
+    # the searches' and CP-SAT's modules are imported before the clock starts: imports are fixed costs
+    # outside the limit (README, "Time limits"). Inside it they took ~0.2 s (numpy, the cost model) before
+    # the first search, which at --time-limit 0.3 left the searches nothing, and ~0.4 s (cp_model imports
+    # pandas) after the searches' 70 %, past the limit's end
+    from ortools.sat.python import cp_model  # noqa: F401
+    from plan_search.planner.search import front  # noqa: F401
 
     t0 = time.perf_counter()
     if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float)) \

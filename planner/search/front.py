@@ -101,9 +101,17 @@ COLUMNS = ("memory_peak_gib", "memory_usable_gib", "fits", "comm_ratio", "days",
            "power_kw", "mfu")
 #: The columns that come from the step time (:func:`search_figures`), for the plans that are timed.
 TIMED_COLUMNS = ("comm_ratio", "days", "cost_usd", "energy_kwh", "power_kw", "mfu")
-#: Share of ``time_limit_s`` the search's phases may use; the rest is for the front's figures and
-#: the report (the whole command is bounded by the limit).
-WORK_SHARE = 0.85
+#: Share of ``time_limit_s`` the search's phases (enumeration, evaluation, framework checks, CP-SAT)
+#: may use; the rest is for what follows them on the candidates they kept (the table, the front, the
+#: pick, the "memory binds" timing, the front's figures) and the command's report. That work grows with
+#: the candidates as the phases' own does: DeepSeek-V3 on H100, exhaustive, 1.2M candidates: 0.3 s
+#: after 0.85 s of phases (2026-12-01, 2 loaded cores; 0.55 s after 1.9 s at load 2.4), a ratio of
+#: ~0.3-0.35, so the phases stop at 1 / 1.4 of the limit and the whole search ends within it.
+WORK_SHARE = 0.7
+#: With ``framework``, the share of WORK_SHARE that enumeration and evaluation may use: the rest is for the
+#: framework's rule checks (:func:`restrict_to_framework`: Python, ~0.1 ms a plan; DeepSeek-V3 on H100 under
+#: Megatron checks 17,152 plans in 2.9 s over its whole default range).
+FRAMEWORK_EVAL_SHARE = 0.5
 #: Default GPU-count rule: start at this many nodes, double while doubling the GPUs still
 #: shortens the fastest run by at least DOUBLING_GAIN (a 1.5x speed-up for 2x the GPUs, 75 %
 #: marginal scaling efficiency); never beyond DEFAULT_MAX_GPUS.
@@ -278,7 +286,8 @@ ENUM_PIECES = 8
 ENUM_SHARE = 0.5
 
 
-def _enumerate_until(model, cluster, counts, gbs, seq, request, t0: float) -> tuple[Space, str | None]:
+def _enumerate_until(model, cluster, counts, gbs, seq, request, t0: float,
+                     share: float = ENUM_SHARE) -> tuple[Space, str | None]:
     """The space of ``counts``, enumerated piece by piece (:data:`ENUM_PIECES`) while less than
     :data:`ENUM_SHARE` of the time limit has passed since ``t0``, and within ``max_candidates``
     over all pieces. Returns the space and what cut it short (``"time_limit"`` or
@@ -286,7 +295,7 @@ def _enumerate_until(model, cluster, counts, gbs, seq, request, t0: float) -> tu
     always enumerated, and its InputError (max_candidates included) is the request's."""
     if len(counts) <= ENUM_PIECES:
         return _enumerate(model, cluster, counts, gbs, seq, request), None
-    stop = t0 + ENUM_SHARE * request.time_limit_s
+    stop = t0 + share * request.time_limit_s
     pieces: list[Space] = []
     bounds = [0] + [min(2 ** k, len(counts)) for k in range(int(math.log2(len(counts))) + 2)]
     last_s = 0.0
@@ -356,6 +365,7 @@ def default_max_gpus(model, cluster, gbs, seq, request, deadline: float = math.i
     shared = LayoutTerms.build(model, cluster)  # the pieces' per-layout terms (a layout recurs at each count)
     lo_done = 0
     best_prev = math.inf
+    last_enum_s = 0.0
     while True:
         counts = gpu_counts(cluster, request, upper=cap)
         new = counts[counts > lo_done]
@@ -371,6 +381,7 @@ def default_max_gpus(model, cluster, gbs, seq, request, deadline: float = math.i
                     timing["cut"] = "max_candidates"
                 return lo_done, pieces, cols
             b = time.perf_counter()
+            last_enum_s = b - a
             pieces.append(sp)
             cols.append(evaluate_columns(model, cluster, sp.x, request, deadline, shared))
             if timing is not None:
@@ -386,7 +397,9 @@ def default_max_gpus(model, cluster, gbs, seq, request, deadline: float = math.i
                 best = min(best, float(c["days"][ok].min()))
         if cap >= cap_limit:
             break
-        if time.perf_counter() > deadline:
+        # a doubling's enumeration cannot stop midway: the next is not started unless it is expected to
+        # end before the deadline (twice the last one's time, for twice the GPU counts)
+        if time.perf_counter() + 2 * last_enum_s > deadline:
             if timing is not None:
                 timing["cut"] = "time_limit"
             break
@@ -660,11 +673,14 @@ def cpsat_pick(t: Table, request: SearchRequest, labels, key, node_sizes, deadli
 
 
 # ------------------------------------------------------------------ the oracle
-def exhaustive_front(t: Table) -> list[int]:
+def exhaustive_front(t: Table, deadline: float = math.inf, cut: list[str] | None = None) -> list[int]:
     """Non-dominated rows of (GPUs, days, dollars), by a plain skyline: rows sorted by (days,
     dollars, GPUs, order); a row is on the front unless an earlier one has no more GPUs and no
     higher dollars. Processed by GPU count: a staircase of (days, dollars) over all smaller
-    counts, and a running minimum within the count."""
+    counts, and a running minimum within the count. Past ``deadline`` no further count is taken
+    (one count per loop: thousands of explicit counts take seconds): the rows returned are then
+    the front of the counts taken, exact for them (a larger count never dominates a smaller
+    one's point), and ``cut`` gets a line saying so."""
     if not len(t):
         return []
     out: list[int] = []
@@ -672,6 +688,10 @@ def exhaustive_front(t: Table) -> list[int]:
     stair_c = np.zeros(0)
     stable = np.arange(len(t))
     for n in np.unique(t.gpus):
+        if out and time.perf_counter() > deadline:
+            if cut is not None:
+                cut.append(f"front: GPU counts from {int(n):,} up not compared (time limit)")
+            break
         idx = np.nonzero(t.gpus == n)[0]
         o = idx[np.lexsort((stable[idx], t.cost[idx], t.days[idx]))]
         d, c = t.days[o], t.cost[o]
@@ -697,13 +717,19 @@ def exhaustive_front(t: Table) -> list[int]:
 
 
 def exhaustive_pick(t: Table, key, mask: np.ndarray | None = None) -> int | None:
-    """The row minimising ``key`` (ties: table order), among ``mask`` if given."""
+    """The row minimising ``key`` (ties: table order), among ``mask`` if given: the row ranked first
+    by :func:`positions`, found key by key among the rows tied so far, O(rows) per key (no sort: a
+    table of a million candidates took ~60 ms per pick sorted, past the time limit's end)."""
     if not len(t) or (mask is not None and not mask.any()):
         return None
-    pos = positions(t, key)
-    if mask is not None:
-        pos = np.where(mask, pos, len(t))
-    return int(np.argmin(pos))
+    rows = np.arange(len(t)) if mask is None else np.flatnonzero(mask)
+    for k in key:
+        col = t.column(k)[rows]
+        best = col == np.fmin.reduce(col)  # NaNs rank last, as in the sort (all NaN: all tied)
+        rows = rows[best] if best.any() else rows
+        if len(rows) == 1:
+            break
+    return int(rows[0])
 
 
 # ------------------------------------------------------------------ the recommendation
@@ -755,15 +781,17 @@ def pick_cpsat(t: Table, rule: str, key, req: SearchRequest, labels, node_sizes,
     return (row if row is not None else cheap), cap, proven and proven2, 2
 
 
-def system_fronts(t: Table, front_rows: list[int], n_systems: int) -> list[list[int]]:
+def system_fronts(t: Table, front_rows: list[int], n_systems: int, deadline: float = math.inf
+                  ) -> list[list[int]]:
     """Each system's own front (rows of ``t``), when there are several systems (else empty).
-    Exact on the pruned table: pruning keeps every (system, GPU count) group's front."""
+    Exact on the pruned table: pruning keeps every (system, GPU count) group's front. Past
+    ``deadline`` a system's front holds the counts taken so far (:func:`exhaustive_front`)."""
     if n_systems < 2:
         return []
     out = []
     for k in range(n_systems):
         idx = np.nonzero(t.system == k)[0]
-        out.append(idx[exhaustive_front(t.take(idx))].tolist() if len(idx) else [])
+        out.append(idx[exhaustive_front(t.take(idx), deadline)].tolist() if len(idx) else [])
     return out
 
 
@@ -823,6 +851,10 @@ def explain_infeasible(model, systems: list[System], gbs, seq, request, ms: list
     among what was left. When the time limit left candidates unevaluated (or ``cut`` the
     default GPU range short) nothing is proven infeasible, and the message says so."""
     total = sum(len(s.space) for s in systems)
+    if total == 0 and cut == "time_limit":  # the limit passed before the first candidate
+        return NoFeasiblePlan(
+            f"no feasible plan found within the time limit of {request.time_limit_s:g} s (it passed before "
+            "the first candidate was enumerated); raise --time-limit (time_limit_s)", reason="time_limit")
     if total == 0:
         counts = sorted({int(n) for s in systems for n in s.counts})
         shown = ", ".join(map(str, counts[:6])) + (" ..." if len(counts) > 6 else "")
@@ -1178,7 +1210,8 @@ FRAMEWORK_MAX_CHECKS = 4096
 
 def restrict_to_framework(model: ModelSpec, systems: list[System], ms: list[dict], req: SearchRequest,
                           lo: int, deadline: float = math.inf,
-                          cut: list[str] | None = None) -> tuple[list[System], list[dict]]:
+                          cut: list[str] | None = None, hard_deadline: float = math.inf
+                          ) -> tuple[list[System], list[dict]]:
     """Keep only plans ``req.framework`` can run, as it would run them.
 
     The knob space was already narrowed to the framework's capabilities
@@ -1190,12 +1223,15 @@ def restrict_to_framework(model: ModelSpec, systems: list[System], ms: list[dict
     replace the system's candidates. Both solvers then work on the same set, so their fronts
     agree. Not exhaustive: conforming can make a plan slower than a slower-ranked one it overtook,
     so a count's optimum is exact only among its checked candidates. Past ``deadline`` a system
-    that has a runnable plan checks no further GPU counts (said in ``cut``).
+    that has a runnable plan checks no further candidates (said in ``cut``); past ``hard_deadline``
+    (the limit itself) no system checks any, and when none was found the refusal is the time limit's.
+    Both are checked every ``FRAMEWORK_TOP_K`` candidates (each check conforms a plan: ~0.1 ms).
     """
     from plan_search.planner.frameworks.rules import runnable
     from plan_search.planner.search.space import space_of_plans
 
     out_sys, out_ms = [], []
+    timed_out = False
     first = None  # (system, row) of the fastest candidate checked: the rule it breaks names a refusal
     for s, m in zip(systems, ms):
         rows = np.flatnonzero(m["feasible"])
@@ -1205,12 +1241,16 @@ def restrict_to_framework(model: ModelSpec, systems: list[System], ms: list[dict
         starts = np.flatnonzero(np.r_[True, np.any(keys[1:] != keys[:-1], axis=1)])
         ends = np.r_[starts[1:], len(rows)]
         plans, seen = [], set()
+        stopped = False
         for a, b in zip(starts, ends):
-            if plans and time.perf_counter() > deadline:  # the time limit (was outside it: +1-2 s)
-                if cut is not None:
-                    cut.append(f"{s.name}: {req.framework} rules checked below {int(keys[a, 0]):,} GPUs (time limit)")
-                break
             for c0 in range(a, min(b, a + FRAMEWORK_MAX_CHECKS), FRAMEWORK_TOP_K):
+                now = time.perf_counter()
+                # the time limit (was outside it: +1-2 s); past the phases' share only once some system has a
+                # plan; at least one chunk is checked (as one piece is always evaluated: a minimal answer)
+                if first is not None and (now > hard_deadline or
+                                          ((plans or any(len(o.space) for o in out_sys)) and now > deadline)):
+                    stopped = True
+                    break
                 found = False
                 for i in rows[c0:min(b, c0 + FRAMEWORK_TOP_K)]:
                     first = first or (s, int(i))
@@ -1222,6 +1262,11 @@ def restrict_to_framework(model: ModelSpec, systems: list[System], ms: list[dict
                             plans.append(q)
                 if found:
                     break
+            if stopped:
+                if cut is not None:
+                    cut.append(f"{s.name}: {req.framework} rules checked below {int(keys[a, 0]):,} GPUs (time limit)")
+                timed_out = True
+                break
         if not plans:
             plans_space = s.space.take(np.zeros(0, dtype=np.int64))
             cols = evaluate_columns(model, s.cluster, plans_space.x, req)
@@ -1234,6 +1279,11 @@ def restrict_to_framework(model: ModelSpec, systems: list[System], ms: list[dict
         out_ms.append(masks(cols, sp.x, req, lo, req.max_gpus))
     if not any(m["feasible"].any() for m in out_ms):
         n = sum(int(m["feasible"].sum()) for m in ms)
+        if timed_out:
+            raise NoFeasiblePlan(
+                f"no plan {req.framework} can run found within the time limit of {req.time_limit_s:g} s (its rules "
+                f"checked on part of the {n:,} feasible plans); raise --time-limit (time_limit_s) or bound the "
+                "space (--gpus, --tp, --pp ...)", reason="time_limit")
         why = ""
         if first is not None:  # name the rule (as plan-estimate --framework does), not only the file
             from plan_search.planner.frameworks.rules import check, conform
@@ -1286,6 +1336,9 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
     # for the front's figures, the "memory binds" timing and the report, bounded by the limit itself
     hard_deadline = t0 + req.time_limit_s
     deadline = t0 + WORK_SHARE * req.time_limit_s
+    # enumeration and evaluation: the phases' share, half of it when the framework's rules are checked next
+    eval_share = FRAMEWORK_EVAL_SHARE if req.framework else 1.0
+    eval_deadline = t0 + eval_share * WORK_SHARE * req.time_limit_s
     model, clusters, gbs, seq = resolve_inputs(req, model)
     systems: list[System] = []
     t_enum = t_eval = 0.0
@@ -1293,23 +1346,25 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
     skipped: list[str] = []  # systems the time limit left unsearched (the first one is always searched)
     enum_cut: list[str] = []  # systems whose explicit GPU counts were enumerated only in part
     for k, c in enumerate(clusters):
-        if k and time.perf_counter() > deadline:
+        # no further GPU type past the phases' share; none at all once the limit itself has passed
+        if time.perf_counter() > (eval_deadline if k else hard_deadline):
             skipped.append(c.name)
             counts, sp = np.zeros(0, dtype=np.int64), None
         elif req.gpus or _upper_cap(c, req):
             counts = gpu_counts(c, req)
             a = time.perf_counter()
-            sp, stopped = _enumerate_until(model, c, counts, gbs, seq, req, t0) if len(counts) else (None, None)
+            sp, stopped = _enumerate_until(model, c, counts, gbs, seq, req, t0, eval_share * ENUM_SHARE) \
+                if len(counts) else (None, None)
             if stopped:
                 enum_cut.append(f"{c.name}: GPU counts above {int(sp.x.num_gpus.max()) if len(sp) else 0:,} not "
                                 f"enumerated ({stopped.replace('_', ' ')})")
             b = time.perf_counter()
-            cols = evaluate_columns(model, c, sp.x, req, deadline) if sp is not None else None
+            cols = evaluate_columns(model, c, sp.x, req, eval_deadline) if sp is not None else None
             t_enum += b - a
             t_eval += time.perf_counter() - b
         else:
             timing: dict = {}
-            cap, pieces, parts = default_max_gpus(model, c, gbs, seq, req, deadline, timing)
+            cap, pieces, parts = default_max_gpus(model, c, gbs, seq, req, eval_deadline, timing)
             cut = cut or timing.get("cut")
             t_enum += timing.get("enumerate", 0.0)
             t_eval += timing.get("evaluate", 0.0)
@@ -1326,7 +1381,7 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
     lo = req.min_gpus or 1
     ms = [masks(s.cols, s.space.x, req, lo, req.max_gpus) for s in systems]
     if req.framework:
-        systems, ms = restrict_to_framework(model, systems, ms, req, lo, deadline, enum_cut)
+        systems, ms = restrict_to_framework(model, systems, ms, req, lo, deadline, enum_cut, hard_deadline)
     feasible = [m["feasible"] for m in ms]
     n_feas = int(sum(f.sum() for f in feasible))
     if n_feas == 0:
@@ -1340,9 +1395,14 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
     if req.solver == "cpsat":
         _cpsat()  # imported lazily (~0.06 s), not counted in solve_s
     t_solve0 = time.perf_counter()
-    if req.solver == "exhaustive":
+    front_cut: list[str] = []
+    # past the phases' share CP-SAT is not started: its walk and pick would stop at once (the pick then
+    # falls back to the rule applied to the table); the oracle's skyline and pick on the same table are
+    # the answer it would give, in O(rows)
+    late = req.solver == "cpsat" and time.perf_counter() > deadline
+    if req.solver == "exhaustive" or late:
         table = full
-        front_rows = exhaustive_front(table)
+        front_rows = exhaustive_front(table, hard_deadline, front_cut)
         rec, cap = pick_exhaustive(table, rule, key, req)
         proven, solves = True, 0
     else:
@@ -1365,7 +1425,7 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
             proven = False
     t_solve = time.perf_counter() - t_solve0
 
-    own = system_fronts(table, front_rows, len(systems))
+    own = system_fronts(table, front_rows, len(systems), hard_deadline)
     want = np.unique(table.group[np.asarray(front_rows + [rec], dtype=np.int64)]) if front_rows else None
     below = None
     if rule == "efficiency" and LAZY_BINDING:  # only the points' flags read the memory figure (the other rules' reason reads
@@ -1390,8 +1450,11 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
     mem_rej = int(sum((~m["memory"]).sum() for m in ms))
     comm_rej = int(sum((m["done"] & m["memory"] & ~m["comm_ratio"]).sum() for m in ms))
     solved = proven
-    proven = proven and evaluated == total and not cut and not skipped and not enum_cut
-    what_cut = [f"{name}: not searched (time limit)" for name in skipped] + enum_cut
+    proven = proven and evaluated == total and not cut and not skipped and not enum_cut and not front_cut
+    what_cut = [f"{name}: not searched (time limit)" for name in skipped] + enum_cut + front_cut
+    if late:  # exact on the candidates evaluated: not a cut of its own
+        what_cut.append("solve: CP-SAT not started (time limit): the front and the pick computed directly on "
+                        "the candidates evaluated")
     if cut:
         what_cut.append(f"default GPU range: stopped by {cut.replace('_', ' ')}")
     if evaluated < total:
