@@ -51,3 +51,129 @@ def test_cluster_file_efficiency_terms_win_in_the_search(tmp_path):
     r_set = ps.search(gpu=[H100], sets=["efficiency.kernel_fusion=eager", "efficiency.attention_eff=0.5"], **kw)
     assert r_file.recommended.step_time_s == r_set.recommended.step_time_s
     assert r_file.recommended.step_time_s != ps.search(gpu=[H100], **kw).recommended.step_time_s
+
+
+# ---- the memory knobs (issue 11) as each framework runs them: its defaults, its flags, its refusals
+
+from plan_search.cli.search import main as search_cli  # noqa: E402
+from plan_search.models.catalog import get_model  # noqa: E402
+from plan_search.models.io import InputError  # noqa: E402
+from plan_search.planner.frameworks import emit as E  # noqa: E402
+from plan_search.planner.frameworks import rules as F  # noqa: E402
+
+import pytest  # noqa: E402
+
+# one stage (pp 1): the loss's logits buffer is on the only stage, so the loss implementation moves the peak
+ONE_STAGE = dict(num_gpus=8, tp=8, pp=1, zero=1, micro_batch=1, global_batch=8, seq_len=8192)
+ONE_STAGE_ARGS = ("--model", "llama3.1-8b", "--gpu", H100, "--num-gpus", "8", "--tp", "8", "--pp", "1", "--zero", "1",
+                  "--micro-batch", "1", "--global-batch", "8", "--seq-len", "8192", "--format", "json")
+
+
+def _peak(out: str) -> float:
+    import json
+
+    return json.loads(out)["memory"]["peak_gib"]
+
+
+def test_each_framework_prices_its_own_loss_when_the_user_names_none():
+    peak = {ce: ps.estimate("llama3.1-8b", H100, cross_entropy=ce, recompute="full", **ONE_STAGE).memory.peak_gib
+            for ce in ("pytorch", "megatron", "te")}
+    assert peak["pytorch"] > peak["megatron"] > peak["te"]  # 4+8, 4+2, 2+0 bytes per logit (Plan.cross_entropy)
+    extra = {"megatron": (), "nemo": (), "torchtitan": ("--zero", "3"), "deepspeed": ("--no-sequence-parallel",)}
+    for framework, ce in (("megatron", "megatron"), ("nemo", "megatron"), ("torchtitan", "pytorch"),
+                          ("deepspeed", "pytorch")):
+        assert F.memory_defaults(framework)["cross_entropy"] == ce
+        args = ONE_STAGE_ARGS + ("--recompute", "full") + extra[framework] + ("--framework", framework)
+        code, out = _cli(*args)
+        assert code in (0, 3), out
+        code2, out2 = _cli(*args, "--cross-entropy", ce)  # the framework's default, named
+        assert code2 == code and _peak(out) == _peak(out2), framework
+    # Megatron's default is its loss, not the Plan's upper bound: the same peak as the plan priced with it
+    code, out = _cli(*ONE_STAGE_ARGS, "--recompute", "full", "--framework", "megatron")
+    assert _peak(out) == pytest.approx(peak["megatron"], rel=1e-12)
+    # without a framework the Plan's default stays the upper bound, and an explicit value is the user's
+    code, out = _cli(*ONE_STAGE_ARGS, "--recompute", "full")
+    assert _peak(out) == pytest.approx(peak["pytorch"], rel=1e-12)
+    code, out = _cli(*ONE_STAGE_ARGS, "--recompute", "full", "--framework", "megatron", "--cross-entropy", "te")
+    assert _peak(out) == pytest.approx(peak["te"], rel=1e-12)
+
+
+def test_megatron_flags_for_the_memory_knobs_round_trip():
+    m = get_model("llama3.1-70b")
+    base = dict(num_gpus=256, tp=8, pp=4, zero=1, micro_batch=1, global_batch=512, seq_len=8192)
+    cases = {
+        (): {},  # the default loss writes nothing
+        ("--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl te"): dict(cross_entropy="te"),
+        ("--use-precision-aware-optimizer", "--exp-avg-dtype bf16", "--exp-avg-sq-dtype bf16"):
+            dict(adam_moments_dtype="bf16", master_weights="bf16_remainder"),
+        ("--use-precision-aware-optimizer",): dict(master_weights="bf16_remainder"),
+        # current scaling keeps fp32 masters: bf16 moments alone
+        ("--use-precision-aware-optimizer", "--exp-avg-dtype bf16", "--exp-avg-sq-dtype bf16", "--fp8-recipe tensorwise"):
+            dict(adam_moments_dtype="bf16", precision="fp8-current"),
+    }
+    for flags, knobs in cases.items():
+        p = ps.Plan(**base, **knobs)
+        args = E.to_megatron_args(p, m)
+        text = " ".join(args)
+        for f in flags:
+            assert f in text, (f, text)
+        if not flags:
+            assert "cross-entropy" not in text and "precision-aware" not in text
+        assert E.from_megatron_args(args, 256) == F.normalize("megatron", p, m.num_layers)
+        assert E.from_megatron_args(args, 256).cross_entropy == knobs.get("cross_entropy", "megatron")
+
+
+def test_nemo_overrides_for_the_memory_knobs_round_trip():
+    m = get_model("llama3.1-70b")
+    p = ps.Plan(num_gpus=256, tp=8, pp=4, zero=1, micro_batch=1, global_batch=512, seq_len=8192, cross_entropy="te",
+                adam_moments_dtype="bf16", act_fp8_input_store=True)  # fp32 masters: store_param_remainders off
+    o = E.to_nemo_overrides(p, m)
+    assert o["model.config.cross_entropy_fusion_impl"] == "te" and o["model.config.cross_entropy_loss_fusion"]
+    assert o["optim.config.use_precision_aware_optimizer"] and o["optim.config.exp_avg_dtype"] == "torch.bfloat16"
+    assert o["optim.config.store_param_remainders"] is False and o["model.config.activation_func_fp8_input_store"]
+    assert E.from_nemo_overrides(E.nemo_overrides_text(o)) == F.normalize("nemo", p, m.num_layers)
+
+
+@pytest.mark.parametrize("framework, option, value, rule", [
+    ("megatron", "--cross-entropy", "pytorch", "megatron-cross-entropy"),
+    ("megatron", "--master-weights", "none", "megatron-master-weights"),
+    ("megatron", "--act-fp8-input-store", None, "megatron-act-fp8-input-store"),
+    ("megatron", "--adam-moments-dtype", "bf16", "megatron-optimizer-precision"),  # bf16 masters come with it
+    ("torchtitan", "--cross-entropy", "te", "torchtitan-cross-entropy"),
+    ("torchtitan", "--cross-entropy", "pytorch_bf16", "torchtitan-cross-entropy"),
+    ("torchtitan", "--adam-moments-dtype", "bf16", "torchtitan-adam-moments-dtype"),
+    ("deepspeed", "--cross-entropy", "megatron", "deepspeed-cross-entropy"),
+    ("deepspeed", "--master-weights", "bf16_remainder", "deepspeed-master-weights"),
+])
+def test_a_knob_value_the_framework_cannot_run_is_refused_with_its_rule(framework, option, value, rule):
+    args = [a for a in ONE_STAGE_ARGS if a not in ("--format", "json")] + ["--recompute", "full",
+                                                                            "--framework", framework]
+    if framework == "torchtitan":
+        args[args.index("--zero") + 1] = "3"
+    if framework == "deepspeed":
+        args.append("--no-sequence-parallel")
+    code, out = _cli(*args, option, *([value] if value else []), "--emit")
+    assert code == 2 and out.startswith(f"error: {framework}: {rule}: ") and out.count("\n") == 1, out
+    r = next(r for r in F.rules(framework) if r.id == rule)
+    assert "@" in r.source  # repo@commit path
+
+
+def test_nemo_stores_fp8_activation_inputs_for_swiglu_only():
+    gpt = get_model("gpt3-175b")  # GELU
+    p = ps.Plan(num_gpus=64, tp=8, pp=8, micro_batch=1, global_batch=64, seq_len=2048, act_fp8_input_store=True)
+    assert [v.rule.id for v in F.check("nemo", p, gpt)] == ["nemo-act-fp8-input-store"]
+    with pytest.raises(InputError, match="nemo-act-fp8-input-store"):
+        E.to_nemo_overrides(p, gpt)
+
+
+def test_the_search_runs_each_frameworks_default_loss_and_refuses_what_it_cannot_run():
+    kw = dict(model="llama3.1-8b", gpu=[H100], gpus=[8], tokens=1e10)
+    assert ps.search(**kw, framework="megatron").recommended.plan.cross_entropy == "megatron"
+    assert ps.search(**kw, framework="torchtitan").recommended.plan.cross_entropy == "pytorch"
+    assert ps.search(**kw).recommended.plan.cross_entropy == "pytorch"
+    with pytest.raises(InputError, match=r"^cross_entropy: megatron cannot run pytorch; use megatron or te"):
+        ps.search(**kw, framework="megatron", knobs={"cross_entropy": ["pytorch"]})
+    r = CliRunner().invoke(search_cli, ["--model", "llama3.1-8b", "--gpu", H100, "--gpus", "8", "--framework",
+                                        "torchtitan", "--cross-entropy", "te"])
+    assert r.exit_code == 2 and r.output.startswith("error: cross_entropy: torchtitan cannot run te") \
+        and r.output.count("\n") == 1, r.output

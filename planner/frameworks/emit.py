@@ -126,6 +126,42 @@ def megatron_parallel_args(p: Plan, num_layers: int) -> list[str]:
     return a
 
 
+def megatron_memory_args(p: Plan) -> list[str]:
+    """The memory knobs' flags (issue 11; which values Megatron runs: ``rules.MEMORY_KNOBS`` and the
+    ``megatron-optimizer-precision`` rule, with their sources): Transformer Engine's loss
+    (``--cross-entropy-loss-fusion --cross-entropy-fusion-impl te``; ``megatron``, Megatron-Core's vocab-parallel
+    cross entropy, is the default and writes nothing) and the precision-aware optimizer for bf16 Adam moments
+    or bf16 master remainders (``--use-precision-aware-optimizer``, ``--exp-avg-dtype``/``--exp-avg-sq-dtype``;
+    the remainders are its default on bf16 and FP8 delayed scaling, ``--main-params-dtype`` stays fp32)."""
+    a = []
+    if p.cross_entropy == "te":
+        a += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"]
+    if p.adam_moments_dtype != "fp32" or p.master_weights == "bf16_remainder":
+        a.append("--use-precision-aware-optimizer")
+        if p.adam_moments_dtype != "fp32":
+            a += ["--exp-avg-dtype", p.adam_moments_dtype, "--exp-avg-sq-dtype", p.adam_moments_dtype]
+    return a
+
+
+def _megatron_memory_knobs(ns, precision: str) -> dict:
+    """The memory knobs of Megatron-LM flags (the inverse of :func:`megatron_memory_args`)."""
+    fused = bool(getattr(ns, "cross_entropy_loss_fusion", False))
+    out = {"cross_entropy": "te" if fused and getattr(ns, "cross_entropy_fusion_impl", None) == "te" else "megatron",
+           "adam_moments_dtype": "fp32", "master_weights": "fp32"}
+    if getattr(ns, "use_precision_aware_optimizer", False):
+        ea, eas = ns.exp_avg_dtype or "fp32", ns.exp_avg_sq_dtype or "fp32"
+        if ea != eas or ea not in ("fp32", "bf16"):
+            raise InputError(f"megatron: --exp-avg-dtype {ea} with --exp-avg-sq-dtype {eas} is not a plan "
+                             "(adam_moments_dtype: both fp32 or both bf16)")
+        if (ns.main_params_dtype or "fp32") != "fp32" or (ns.main_grads_dtype or "fp32") != "fp32":
+            raise InputError("megatron: --main-params-dtype/--main-grads-dtype other than fp32 is not a plan")
+        out["adam_moments_dtype"] = ea
+        # Megatron-Core keeps bf16 remainders of the fp32 masters without an FP8 recipe or with delayed scaling
+        # (store_param_remainders, default on: rules.MEMORY_KNOBS' sources)
+        out["master_weights"] = "bf16_remainder" if precision in ("bf16", "fp8", "fp8-delayed") else "fp32"
+    return out
+
+
 #: Plan precision recipe -> Megatron-LM flags (arguments.py _add_transformer_engine_args:
 #: --fp8-recipe delayed|tensorwise|mxfp8, --fp4-format e2m1 --fp4-recipe nvfp4).
 _MEGATRON_RECIPES = {"fp8": ["--fp8-format", "hybrid", "--fp8-recipe", "delayed"],
@@ -248,7 +284,7 @@ def to_megatron_args(plan: Plan, model: ModelSpec, cluster=None) -> list[str]:
     Megatron-FSDP (with its required ``--ckpt-format fsdp_dtensor``).
     """
     p = fw.require("megatron", plan, model, cluster)
-    args = megatron_parallel_args(p, model.num_layers) + megatron_model_args(model, p.seq_len)
+    args = megatron_parallel_args(p, model.num_layers) + megatron_memory_args(p) + megatron_model_args(model, p.seq_len)
     args += megatron_moe_args(p, model)
     mods = selective_modules(p, model)
     if mods:
@@ -352,6 +388,7 @@ def from_megatron_args(args: Sequence[str], num_gpus: int) -> Plan:
     else:
         fp32_grads = not ns.grad_reduce_in_bf16
     backend = ns.attention_backend or "auto"
+    memory = _megatron_memory_knobs(ns, precision)
     moe = {}
     if ns.num_experts:
         # Megatron's default --expert-tensor-parallel-size is tp (arguments.py validate_args)
@@ -359,7 +396,7 @@ def from_megatron_args(args: Sequence[str], num_gpus: int) -> Plan:
                    etp=ns.expert_tensor_parallel_size if ns.expert_tensor_parallel_size else tp,
                    moe_dispatcher=ns.moe_token_dispatcher_type or "allgather",
                    moe_overlap=bool(ns.overlap_moe_expert_parallel_comm))
-    return _plan(**moe, **_megatron_dp_knobs(ns, num_gpus // (tp * pp * cp), zero),
+    return _plan(**moe, **memory, **_megatron_dp_knobs(ns, num_gpus // (tp * pp * cp), zero),
         num_gpus=num_gpus, tp=tp, pp=pp, cp=cp, vpp=vpp, zero=zero, micro_batch=ns.micro_batch_size,
         global_batch=ns.global_batch_size, seq_len=ns.seq_length, recompute=recompute, recompute_layers=rc_layers,
         sequence_parallel=bool(ns.sequence_parallel) and tp > 1, flash_attention=backend not in ("unfused", "local"),
@@ -463,11 +500,12 @@ def to_deepspeed_moe(plan: Plan, model: ModelSpec, cluster=None) -> dict | None:
 
 
 def from_deepspeed_config(cfg: dict, num_gpus: int, seq_len: int, pipeline: dict | None = None,
-                          flash_attention: bool = True, moe: dict | None = None) -> Plan:
+                          flash_attention: bool = True, moe: dict | None = None,
+                          cross_entropy: str = "pytorch") -> Plan:
     """The plan of a DeepSpeed config (+ the pipeline arguments when pp > 1).
 
-    ``num_gpus`` is the world size; ``seq_len`` and ``flash_attention`` are the model code's, which the
-    config does not carry.
+    ``num_gpus`` is the world size; ``seq_len``, ``flash_attention`` and ``cross_entropy`` (the loss on fp32
+    or bf16 logits) are the model code's, which the config does not carry.
     """
     if not isinstance(cfg, dict):
         raise InputError("deepspeed: the config is not a mapping")
@@ -511,7 +549,7 @@ def from_deepspeed_config(cfg: dict, num_gpus: int, seq_len: int, pipeline: dict
         num_gpus=num_gpus, tp=tp, pp=pp, dp=dp, cp=1, vpp=1, zero=zero, micro_batch=mb, global_batch=gb,
         seq_len=seq_len, recompute=recompute, sequence_parallel=False, flash_attention=flash_attention,
         precision=precision, fp32_grads=fp32_grads, overlap_grad_reduce=ovl_grad, overlap_param_gather=ovl_param,
-        overlap_tp_comm=bool(tpc.get("tp_overlap_comm", False)) and tp > 1,
+        overlap_tp_comm=bool(tpc.get("tp_overlap_comm", False)) and tp > 1, cross_entropy=cross_entropy,
     )
 
 
@@ -782,8 +820,49 @@ def to_nemo_overrides(plan: Plan, model: ModelSpec, cluster=None, gpus_per_node:
         o.update({"model.config.recompute_granularity": "full", "model.config.recompute_method": "block",
                   "model.config.recompute_num_layers": p.recompute_layers // p.vpp})
     o.update(nemo_moe_overrides(p, m))
+    o.update(nemo_memory_overrides(p))
     _unknown("nemo", o)
     return o
+
+
+#: torch dtype names of the optimizer's state dtypes (OptimizerConfig's fields are torch.dtype).
+_TORCH_DTYPE = {"fp32": "torch.float32", "bf16": "torch.bfloat16"}
+
+
+def nemo_memory_overrides(p: Plan) -> dict:
+    """The memory knobs (issue 11) as NeMo overrides of Megatron-Core's configs: Transformer Engine's loss
+    (``model.config.cross_entropy_loss_fusion`` + ``cross_entropy_fusion_impl te``; ``megatron`` is the
+    recipe's own and writes nothing), the precision-aware optimizer (``optim.config.use_precision_aware_optimizer``,
+    the moments' torch dtypes, ``store_param_remainders`` for bf16 master remainders) and the FP8 store of the
+    SwiGLU inputs (``model.config.activation_func_fp8_input_store``)."""
+    o: dict[str, Any] = {}
+    if p.cross_entropy == "te":
+        o.update({"model.config.cross_entropy_loss_fusion": True, "model.config.cross_entropy_fusion_impl": "te"})
+    if p.adam_moments_dtype != "fp32" or p.master_weights == "bf16_remainder":
+        o.update({"optim.config.use_precision_aware_optimizer": True,
+                  "optim.config.exp_avg_dtype": _TORCH_DTYPE[p.adam_moments_dtype],
+                  "optim.config.exp_avg_sq_dtype": _TORCH_DTYPE[p.adam_moments_dtype],
+                  "optim.config.store_param_remainders": p.master_weights == "bf16_remainder"})
+    if p.act_fp8_input_store:
+        o["model.config.activation_func_fp8_input_store"] = True
+    return o
+
+
+def _nemo_memory_knobs(g) -> dict:
+    """The memory knobs of NeMo overrides (the inverse of :func:`nemo_memory_overrides`; ``g(key, default)``)."""
+    te = g("model.config.cross_entropy_fusion_impl") == "te" and bool(g("model.config.cross_entropy_loss_fusion"))
+    out = {"cross_entropy": "te" if te else "megatron", "adam_moments_dtype": "fp32", "master_weights": "fp32",
+           "act_fp8_input_store": bool(g("model.config.activation_func_fp8_input_store", False))}
+    if g("optim.config.use_precision_aware_optimizer", False):
+        names = {v: k for k, v in _TORCH_DTYPE.items()}
+        ea, eas = g("optim.config.exp_avg_dtype", "torch.float32"), g("optim.config.exp_avg_sq_dtype", "torch.float32")
+        if ea != eas or ea not in names:
+            raise InputError(f"nemo: optim.config.exp_avg_dtype {ea} with exp_avg_sq_dtype {eas} is not a plan "
+                             "(adam_moments_dtype: both torch.float32 or both torch.bfloat16)")
+        out["adam_moments_dtype"] = names[ea]
+        # OptimizerConfig.store_param_remainders defaults to True (megatron/core/optimizer/optimizer_config.py)
+        out["master_weights"] = "bf16_remainder" if g("optim.config.store_param_remainders", True) else "fp32"
+    return out
 
 
 def nemo_moe_overrides(p: Plan, m: ModelSpec) -> dict:
@@ -896,7 +975,7 @@ def from_nemo_overrides(overrides: dict | str) -> Plan:
         if dp_all % inst:
             raise InputError(f"nemo: num_distributed_optimizer_instances {inst} does not divide dp {dp_all}")
         dpk["dp_shard"] = dp_all // inst
-    return _plan(**moe, **dpk,
+    return _plan(**moe, **dpk, **_nemo_memory_knobs(g),
         num_gpus=num_gpus, tp=tp, pp=int(g(s + "pipeline_model_parallel_size", 1)),
         cp=int(g(s + "context_parallel_size", 1)), vpp=vpp, zero=zero, micro_batch=mb, global_batch=gb,
         seq_len=seq, recompute=recompute, recompute_layers=rc_layers,
@@ -944,11 +1023,17 @@ def _notes(framework: str, p: Plan, m: ModelSpec) -> list[str]:
         if m.activation == "geglu":
             n.append("geglu is written as --quick-geglu, Megatron-LM's gated-GELU flag")
         n.append("tokenizer, data, optimizer, schedule, checkpoint and logging flags are yours")
+        if "--use-precision-aware-optimizer" in megatron_memory_args(p):
+            n.append("--use-precision-aware-optimizer runs Transformer Engine's FusedAdam (TE >= 2.1 for the bf16 "
+                     "master remainders) with --optimizer adam")
         if m.is_moe:
             n.append("MoE: the step time assumes moe_imbalance x the balanced load on the busiest expert rank; "
                      "--moe-router-load-balancing-type and --moe-aux-loss-coeff are yours")
     elif framework == "deepspeed":
         n.append("seq_len and the attention kernel are the model code's (the config does not carry them)")
+        n.append("the loss is the model code's: torch cross_entropy on " + (
+            "bf16 logits (cross_entropy pytorch_bf16)" if p.cross_entropy == "pytorch_bf16"
+            else "fp32 logits (logits.float(); cross_entropy pytorch)"))
         if p.recompute == "full" and p.pp == 1:
             n.append("the model code must wrap each layer in deepspeed.checkpointing.checkpoint")
         if p.tp > 1:
@@ -967,6 +1052,9 @@ def _notes(framework: str, p: Plan, m: ModelSpec) -> list[str]:
     elif framework == "nemo":
         n.append("apply to a pretraining recipe of the model's family, e.g. nemo llm pretrain --factory <recipe> "
                  "<overrides>; activation, norm, position embedding and tokenizer are the recipe's")
+        if p.adam_moments_dtype != "fp32" or p.master_weights == "bf16_remainder":
+            n.append("optim.config.exp_avg_dtype/exp_avg_sq_dtype are torch dtypes: in Python, "
+                     "recipe.optim.config.exp_avg_dtype = torch.bfloat16")
     return n
 
 

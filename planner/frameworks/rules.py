@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import functools
 import math
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -615,6 +616,155 @@ def _dp_rules(fw: str) -> list[Rule]:
     return out
 
 
+# ---- the memory knobs (issue 11): the loss, the optimizer's moments and master weights, the FP8 store of
+# the activations' inputs, as each framework runs them
+
+#: Where each framework's memory-knob facts are read (repo@commit path), named once.
+_MLM_CE = (f"{_MLM} _add_training_args (--cross-entropy-loss-fusion, --cross-entropy-fusion-impl native|te); "
+           "megatron/core/models/common/language_module/language_module.py@000c4ac2 compute_language_model_loss "
+           "(fusion off: tensor_parallel.vocab_parallel_cross_entropy; native: fused_vocab_parallel_cross_entropy, "
+           "the same fp32 softmax kept for the backward; te: te_parallel_cross_entropy); "
+           "megatron/core/model_parallel_config.py@000c4ac2 (cross_entropy_loss_fusion False, impl 'native')")
+_MLM_OPT = (f"{_MLM} _add_experimental_args (--use-precision-aware-optimizer, --main-params-dtype fp32|fp16, "
+            "--exp-avg-dtype/--exp-avg-sq-dtype fp32|fp16|bf16|fp8, defaults fp32); "
+            "megatron/core/optimizer/optimizer_config.py@000c4ac2 __post_init__ (precision-aware needs adam and "
+            "the distributed optimizer; store_param_remainders True, no Megatron-LM flag; remainders kept only "
+            "without an FP8 recipe or with delayed scaling: use_precision_aware_optimizer_no_fp8_or_ds_fp8); "
+            "megatron/core/optimizer/distrib_optimizer.py@000c4ac2 (master_param int16 when store_param_remainders "
+            "and bf16)")
+_MLM_ACT = ("megatron/core/transformer/transformer_config.py@000c4ac2 activation_func_fp8_input_store (SwiGLU only, "
+            "__post_init__); megatron/training/arguments.py@000c4ac2 has no flag for it "
+            "(core_transformer_config_from_args copies only the args it has)")
+_TT_LOSS = ("pytorch/torchtitan@73a0e697 (v0.2.2) torchtitan/components/loss.py cross_entropy_loss "
+            "(torch.nn.functional.cross_entropy on pred.float()); config/job_config.py Optimizer (name, lr, betas, "
+            "eps, weight_decay, implementation: no state dtype) and Training.mixed_precision_param (FSDP2 keeps the "
+            "fp32 parameter shards the optimizer steps)")
+_DS_PREC = ("deepspeedai/DeepSpeed@edaa7221 deepspeed/runtime/precision_config.py DeepSpeedBF16Config "
+            "(bf16_master_weights_and_grads: bf16 master weights; bf16_optimizer_states only with it) and "
+            "runtime/config.py; the loss is the model code's (no config key)")
+
+#: Per framework, the values of each memory knob it can run; the first is its default where the framework is
+#: named (``with_defaults`` and the search's knobs, when the user gave none).
+MEMORY_KNOBS: dict[str, dict[str, tuple]] = {
+    # Megatron-Core's loss: vocab_parallel_cross_entropy by default (fp32 softmax kept, gradient in place:
+    # Plan cross_entropy 'megatron'; the native fusion keeps the same bytes), TE's with --cross-entropy-fusion-impl
+    # te. Master weights fp32, or bf16 remainders under the precision-aware optimizer; never none.
+    "megatron": {"cross_entropy": ("megatron", "te"), "adam_moments_dtype": ("fp32", "bf16"),
+                 "master_weights": ("fp32", "bf16_remainder"), "act_fp8_input_store": (False,)},
+    "nemo": {"cross_entropy": ("megatron", "te"), "adam_moments_dtype": ("fp32", "bf16"),
+             "master_weights": ("fp32", "bf16_remainder"), "act_fp8_input_store": (False, True)},
+    # the model code's PyTorch loss (fp32 or bf16 logits); fp32 masters and moments (bf16 optimizer states need
+    # bf16 master weights, which master_weights cannot state)
+    "deepspeed": {"cross_entropy": ("pytorch", "pytorch_bf16"), "adam_moments_dtype": ("fp32",),
+                  "master_weights": ("fp32",), "act_fp8_input_store": (False,)},
+    "torchtitan": {"cross_entropy": ("pytorch",), "adam_moments_dtype": ("fp32",), "master_weights": ("fp32",),
+                   "act_fp8_input_store": (False,)},
+}
+_MEMORY_TEXT = {
+    "megatron": {"cross_entropy": ("the loss is Megatron-Core's vocab-parallel cross entropy (fp32 softmax; fused "
+                                   "natively with --cross-entropy-loss-fusion) or Transformer Engine's "
+                                   "(--cross-entropy-fusion-impl te): cross_entropy megatron or te", _MLM_CE),
+                 "adam_moments_dtype": ("Adam moments fp32, or bf16 with --use-precision-aware-optimizer", _MLM_OPT),
+                 "master_weights": ("the distributed optimizer keeps fp32 master weights, or bf16 remainders under "
+                                    "--use-precision-aware-optimizer: master_weights fp32 or bf16_remainder", _MLM_OPT),
+                 "act_fp8_input_store": ("no Megatron-LM flag stores the activation inputs in FP8 "
+                                         "(Megatron-Core's activation_func_fp8_input_store): act_fp8_input_store off",
+                                         _MLM_ACT)},
+    "nemo": {"cross_entropy": ("the loss is Megatron-Core's (model.config.cross_entropy_loss_fusion, "
+                               "cross_entropy_fusion_impl native|te): cross_entropy megatron or te",
+                               f"{_NM} GPTConfig on {_MC}; {_MLM_CE}"),
+             "adam_moments_dtype": ("Adam moments fp32, or bf16 with optim.config.use_precision_aware_optimizer",
+                                    f"{_NM} optim.config = {_MC} OptimizerConfig; {_MLM_OPT}"),
+             "master_weights": ("master weights fp32, or bf16 remainders (optim.config.store_param_remainders): "
+                                "master_weights fp32 or bf16_remainder", f"{_MC} OptimizerConfig; {_MLM_OPT}"),
+             "act_fp8_input_store": ("", _MLM_ACT)},
+    "deepspeed": {"cross_entropy": ("the loss is the model code's PyTorch cross entropy (the config has no loss "
+                                    "setting; Megatron's and TE's vocab-parallel losses come with Megatron-DeepSpeed's "
+                                    "model code): cross_entropy pytorch or pytorch_bf16", _DS_PREC),
+                  "adam_moments_dtype": ("optimizer states are fp32 (bf16_optimizer_states needs "
+                                         "bf16_master_weights_and_grads: bf16 master weights, not a master_weights value)",
+                                         _DS_PREC),
+                  "master_weights": ("the ZeRO/BF16 optimizers keep fp32 master weights (bf16 ones, "
+                                     "bf16_master_weights_and_grads, are not a master_weights value)", _DS_PREC),
+                  "act_fp8_input_store": ("no FP8 activation store (FP8 would be the model code's)", _DS_PREC)},
+    "torchtitan": {"cross_entropy": ("the loss is torch cross_entropy on fp32 logits (pred.float()): "
+                                     "cross_entropy pytorch", _TT_LOSS),
+                   "adam_moments_dtype": ("the optimizer's states take the fp32 parameters' dtype: "
+                                          "adam_moments_dtype fp32", _TT_LOSS),
+                   "master_weights": ("FSDP2/DDP step the fp32 parameters: master_weights fp32", _TT_LOSS),
+                   "act_fp8_input_store": ("no FP8 activation store: act_fp8_input_store off", _TT_LOSS)},
+}
+
+
+def _onoff(v) -> str:
+    return ("on" if v else "off") if isinstance(v, bool) else str(v)
+
+
+def _mcore_optimizer_precision(fw: str):
+    """Megatron-Core's precision-aware optimizer (bf16 moments or bf16 master remainders): the distributed
+    optimizer only; remainders only without an FP8 recipe or with delayed scaling, and Megatron-LM cannot turn
+    them off there (no flag for store_param_remainders), so bf16 moments come with bf16 remainders."""
+    remainder_ok = ("bf16", "fp8", "fp8-delayed")  # no FP8 recipe, or delayed scaling (plan fp8 = delayed)
+
+    def test(p: Plan, m, c) -> Optional[str]:
+        aware = p.adam_moments_dtype != "fp32" or p.master_weights == "bf16_remainder"
+        if not aware:
+            return None
+        what = ", ".join(f"{k} {getattr(p, k)}" for k in ("adam_moments_dtype", "master_weights")
+                         if getattr(p, k) != "fp32")
+        if p.zero == 0:
+            return f"{what} with zero 0: use zero 1 or more"
+        if p.precision not in remainder_ok + ("fp8-current", "mxfp8"):
+            return f"{what} with precision {p.precision}"
+        if p.master_weights == "bf16_remainder" and p.precision not in remainder_ok:
+            return f"master_weights bf16_remainder with precision {p.precision}: use master_weights fp32"
+        if fw == "megatron" and p.master_weights == "fp32" and p.precision in remainder_ok:
+            return f"{what} with master_weights fp32 on {p.precision}: use master_weights bf16_remainder"
+        return None
+
+    text = ("the precision-aware optimizer (bf16 Adam moments, bf16 master remainders) runs with the distributed "
+            "optimizer (zero >= 1) and a bf16, FP8 delayed, FP8 current-scaling or MXFP8 recipe; the master weights "
+            "are bf16 remainders exactly when there is no FP8 recipe or it is delayed scaling"
+            + (" (Megatron-LM has no flag to keep fp32 masters there)" if fw == "megatron" else ""))
+    return Rule(f"{fw}-optimizer-precision", fw, text, _MLM_OPT if fw == "megatron" else f"{_MC}; {_MLM_OPT}", test)
+
+
+def _memory_rules(fw: str) -> list[Rule]:
+    """One rule per memory knob whose value the framework cannot run (:data:`MEMORY_KNOBS`), and Megatron-Core's
+    precision-aware optimizer's own."""
+    out = []
+    for knob, values in MEMORY_KNOBS[fw].items():
+        text, source = _MEMORY_TEXT[fw][knob]
+        ann = Plan.model_fields[knob].annotation
+        if set(values) == (set(typing.get_args(ann)) if ann is not bool else {False, True}):
+            continue  # every value runs
+        out.append(Rule(f"{fw}-{knob.replace('_', '-')}", fw, text, source,
+                        lambda p, m, c, k=knob, ok=values: f"{k} {_onoff(getattr(p, k))}"
+                        if getattr(p, k) not in ok else None))
+    if fw in ("megatron", "nemo"):
+        out.append(_mcore_optimizer_precision(fw))
+    if fw == "nemo":
+        out.append(Rule("nemo-act-fp8-input-store", fw, "Megatron-Core stores the activation inputs in FP8 for "
+                        "SwiGLU only", _MLM_ACT,
+                        lambda p, m, c: f"act_fp8_input_store on with activation {m.activation}"
+                        if p.act_fp8_input_store and m.activation != "swiglu" else None))
+    return out
+
+
+def memory_defaults(framework: str) -> dict:
+    """The memory knobs' values the framework runs when the user sets none (the first of :data:`MEMORY_KNOBS`)."""
+    return {k: v[0] for k, v in MEMORY_KNOBS[_known(framework)].items()}
+
+
+def with_memory_defaults(framework: str, plan: Plan) -> Plan:
+    """The plan with the memory knobs it leaves unset (not in ``plan.model_fields_set``) at the framework's
+    defaults: a plan that does not say which loss it computes runs the framework's (Megatron-Core's
+    vocab-parallel cross entropy under Megatron and NeMo, not the Plan's PyTorch default, its upper bound)."""
+    ch = {k: v for k, v in memory_defaults(framework).items()
+          if k not in plan.model_fields_set and getattr(plan, k) != v}
+    return _rebuild(plan, **ch)
+
+
 RULES: dict[str, tuple[Rule, ...]] = {
     "megatron": tuple(_mcore_rules("megatron")) + tuple(_moe_rules_mcore("megatron")) + (_dualpipe_rule("megatron"),),
     "nemo": tuple(_mcore_rules("nemo")) + tuple(_NEMO_EXTRA) + tuple(_moe_rules_mcore("nemo"))
@@ -623,7 +773,7 @@ RULES: dict[str, tuple[Rule, ...]] = {
     "torchtitan": tuple(_TT_RULES) + tuple(_TT_MOE_RULES) + (_dualpipe_rule("torchtitan"),),
 }
 for _fw in RULES:
-    RULES[_fw] = RULES[_fw] + tuple(_dp_rules(_fw))
+    RULES[_fw] = RULES[_fw] + tuple(_dp_rules(_fw)) + tuple(_memory_rules(_fw))
 
 
 def rules(framework: str) -> tuple[Rule, ...]:
@@ -722,9 +872,11 @@ def _inert(fw: str, p: Plan) -> dict:
 
 
 def normalize(framework: str, plan: Plan, num_layers: int | None = None) -> Plan:
-    """The plan with its knobs of no effect set the framework's way; with ``num_layers``, an explicit
-    first/last split is written out in full (both ends), or dropped when it is the even split."""
+    """The plan with its knobs of no effect set the framework's way, and the memory knobs it leaves unset at
+    the framework's defaults (:func:`with_memory_defaults`); with ``num_layers``, an explicit first/last split
+    is written out in full (both ends), or dropped when it is the even split."""
     fw = _known(framework)
+    plan = with_memory_defaults(fw, plan)  # the memory knobs it leaves unset run the framework's way
     p = _rebuild(plan, **_inert(fw, plan))
     if num_layers is not None and fw in ("megatron", "nemo"):
         s, writable = _mcore_end_split(p, num_layers)  # issue 12: Megatron splits unevenly only through end stages
@@ -776,12 +928,16 @@ def with_defaults(framework: str, plan: Plan) -> Plan:
     """The plan with the data-parallel knobs its user left unset (``plan.model_fields_set``) at the
     framework's own defaults: torchtitan reshards FSDP2 parameters after the forward only without
     pipeline parallelism (``fsdp_reshard_after_forward = "default"``: ``reshard_after_forward = not
-    pp_enabled``, models/llama3/infra/parallelize.py apply_fsdp). The other frameworks' defaults are
-    the Plan's."""
+    pp_enabled``, models/llama3/infra/parallelize.py apply_fsdp); the memory knobs at the framework's
+    defaults (:func:`memory_defaults`: Megatron's and NeMo's loss is Megatron-Core's vocab-parallel cross
+    entropy). The other knobs' defaults are the Plan's."""
     fw = _known(framework)
     ch: dict = {}
     if fw == "torchtitan" and "reshard_after_forward" not in plan.model_fields_set and plan.zero == 3:
         ch["reshard_after_forward"] = plan.pp == 1
+    # the memory knobs at the framework's own defaults (MEMORY_KNOBS: Megatron-Core's vocab-parallel loss, not
+    # the Plan's PyTorch one, which is the upper bound)
+    ch.update({k: v for k, v in memory_defaults(fw).items() if k not in plan.model_fields_set})
     ch = {k: v for k, v in ch.items() if getattr(plan, k) != v}
     return _rebuild(plan, **ch) if ch else plan
 
@@ -832,6 +988,19 @@ class Capabilities:
             upd["pp"] = [1]
         if not self.tensor_parallel:
             upd["tp"] = [1]
+        # the memory knobs: the framework's default when none is given, else the given values it runs; none of
+        # them is bad input naming the values it runs (the search would find no plan)
+        for name, ok in MEMORY_KNOBS[self.framework].items():
+            given = getattr(k, name, None)
+            if given is None:
+                upd[name] = [ok[0]]
+                continue
+            keep = [v for v in given if v in ok]
+            if not keep:
+                raise InputError(f"{name}: {self.framework} cannot run {', '.join(map(_onoff, given))}; use "
+                                 f"{' or '.join(map(_onoff, ok))} (rule {self.framework}-{name.replace('_', '-')}, "
+                                 "planner/frameworks/rules.py)")
+            upd[name] = keep
         return k.model_copy(update=upd)
 
 
