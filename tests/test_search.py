@@ -317,6 +317,20 @@ def test_default_gpu_range_doubles_until_it_stops_paying():
     assert best(cap // 2) <= (2 / 3) * best(cap // 4)
 
 
+def test_default_gpu_range_answers_as_its_counts_given_explicitly():
+    """The default range's pieces are priced one doubling at a time and read as one space without
+    joining their columns up front (front._JoinedArrays); the same counts given as a list are one
+    space joined up front: the same front (plans, figures, what binds), recommendation and counts."""
+    a = search(SearchRequest(model="gpt3-175b", gpu=["a100-80gb"]))
+    counts = a.inputs.gpu_counts["a100-80gb"]
+    assert len(counts) > 64  # several doublings, and more counts than the explicit list's pieces
+    b = search(SearchRequest(model="gpt3-175b", gpu=["a100-80gb"], gpus=counts))
+    assert a.front and [p.model_dump() for p in a.front] == [p.model_dump() for p in b.front]
+    assert a.recommended == b.recommended and a.recommended_index == b.recommended_index
+    assert (a.stats.candidates, a.stats.feasible, a.stats.memory_rejected) == \
+        (b.stats.candidates, b.stats.feasible, b.stats.memory_rejected)
+
+
 # ------------------------------------------------------------------ nothing feasible
 def test_nothing_fits_explains_and_suggests_checked_changes():
     req = SearchRequest(model="gpt3-175b", gpu=["a100-40gb"], gpus=[64], knobs=Knobs(zero=[0, 1], recompute=["none"]))
