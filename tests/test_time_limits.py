@@ -112,3 +112,14 @@ def test_framework_rule_checks_past_the_limit_with_nothing_runnable_name_the_tim
     with pytest.raises(NoFeasiblePlan) as info:
         ps.search(model="llama3.1-8b", gpu=["h100"], gpus=[8, 16], tokens=1e11, framework="megatron")
     assert info.value.reason == "time_limit" and "megatron can run" in str(info.value)
+
+
+def test_each_systems_own_front_stops_at_the_limit_and_says_so(monkeypatch):
+    kw = dict(GPT, gpu=["a100-80gb", "h100-sxm"], solver="exhaustive")
+    full = ps.search(**kw)
+    # the first call is the front over both systems; the limit passes as the first system's own front starts
+    _expire_at(monkeypatch, "exhaustive_front", after_calls=1)
+    res = ps.search(**kw)
+    assert [(p.gpu, p.num_gpus, p.plan) for p in res.front] == [(p.gpu, p.num_gpus, p.plan) for p in full.front]
+    assert "a100-80gb front: GPU counts from 16 up not compared (time limit)" in res.stats.cut
+    assert not res.stats.proven_optimal

@@ -836,17 +836,21 @@ def pick_cpsat(t: Table, rule: str, key, req: SearchRequest, labels, node_sizes,
     return (row if row is not None else cheap), cap, proven and proven2, 2
 
 
-def system_fronts(t: Table, front_rows: list[int], n_systems: int, deadline: float = math.inf
-                  ) -> list[list[int]]:
+def system_fronts(t: Table, front_rows: list[int], n_systems: int, deadline: float = math.inf,
+                  cut: list[str] | None = None, labels: list[str] | None = None) -> list[list[int]]:
     """Each system's own front (rows of ``t``), when there are several systems (else empty).
     Exact on the pruned table: pruning keeps every (system, GPU count) group's front. Past
-    ``deadline`` a system's front holds the counts taken so far (:func:`exhaustive_front`)."""
+    ``deadline`` a system's front holds the counts taken so far (:func:`exhaustive_front`; ``cut``
+    gets the line, named by the system's label)."""
     if n_systems < 2:
         return []
     out = []
     for k in range(n_systems):
         idx = np.nonzero(t.system == k)[0]
-        out.append(idx[exhaustive_front(t.take(idx), deadline)].tolist() if len(idx) else [])
+        own: list[str] = []
+        out.append(idx[exhaustive_front(t.take(idx), deadline, own)].tolist() if len(idx) else [])
+        if cut is not None:
+            cut += [f"{labels[k] if labels else k} {c}" for c in own]
     return out
 
 
@@ -1480,7 +1484,7 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
             proven = False
     t_solve = time.perf_counter() - t_solve0
 
-    own = system_fronts(table, front_rows, len(systems), hard_deadline)
+    own = system_fronts(table, front_rows, len(systems), hard_deadline, front_cut, labels)
     want = np.unique(table.group[np.asarray(front_rows + [rec], dtype=np.int64)]) if front_rows else None
     below = None
     if rule == "efficiency" and LAZY_BINDING:  # only the points' flags read the memory figure (the other rules' reason reads
