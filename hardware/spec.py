@@ -161,16 +161,20 @@ class EfficiencySpec(_Frozen):
       GEMMs in one kernel, the permuted token layout); ``ep_overlap`` the fraction of dispatch and
       combine hidden when ``moe_overlap`` is on (Megatron ``--overlap-moe-expert-parallel-comm``,
       DeepSeek-V3's DualPipe); ``moe_membound_eff`` scales the router, permutation and
-      un-permutation bytes (gather/scatter kernels, not streaming). The four defaults are the values
+      un-permutation bytes (gather/scatter kernels, not streaming); ``grouped_gemm_rows_scale`` the
+      grouped GEMMs' loss with few token rows per expert (``planner.costmodel.experts.rows_efficiency``).
+      The five defaults are the values
       shared by every system in the joint fit of ``python bench/moe_fidelity.py --refit --write``
       (2026-12-01: the 61 MoE rows of ``planner/runs_2026_12.csv`` with a step time or tokens/s --
       Megatron-Bridge 25.09-26.06 on H100/B200/B300/GB200/GB300, Megatron-MoE-ModelZoo Qwen3-235B on
       H100, NeMo AutoModel on H100, the DeepSeek-V3 production run on H800 -- and the dense SFT
       Llama-3-70B rows 1011-1014 on GB200/GB300, with a GEMM efficiency per die and a fused-attention
       efficiency for Blackwell); the systems with rows carry them, with the rows each term saw, in the
-      megatron entries of ``hardware/efficiency_profiles.yaml``. Median error 15.0%, p90 37.9%
-      (floors 10%/20% not met); leave-one-model-out DeepSeek-V3 17.8%, Qwen3-235B 16.9% (with the
-      alltoall dispatcher's second permutation priced, ``experts.SORT_CHUNKS_BYTES``). The MoE terms
+      megatron entries of ``hardware/efficiency_profiles.yaml``. Median error 13.7%, p90 35.6%
+      (floors 10%/20% not met); leave-one-model-out DeepSeek-V3 16.8%, Qwen3-235B 14.7% (with the
+      alltoall dispatcher's second permutation priced, ``experts.SORT_CHUNKS_BYTES``, the routed rows'
+      low-precision casts, ``experts.expert_cast_bytes``, and ``grouped_gemm_rows_scale``: the token
+      rows per expert at which a grouped GEMM keeps 1 - 1/e of its efficiency, fitted 879). The MoE terms
       are weakly identified (``ep_overlap`` 0.76-0.81 and ``attention_eff`` 0.36-0.50 across the
       leave-one-model-out refits) and the rows disagree by container version (the same configuration
       2x apart, in opposite directions for two models): see the benchmark's output.
@@ -194,10 +198,13 @@ class EfficiencySpec(_Frozen):
     # peak (planner.costmodel.memory.MEMORY_FIT_NOTE; leave-one-table-out fits 0.27-0.38)
     fragmentation: float = Field(default=0.31, ge=0, le=10)
     step_overhead_s: float = Field(default=0.05, ge=0, le=1e4)
-    a2a_bw_eff: float = Field(default=0.9476, gt=0, le=1)
-    grouped_gemm_eff: float = Field(default=0.8161, gt=0, le=1)
-    ep_overlap: float = Field(default=0.8127, ge=0, le=1)
-    moe_membound_eff: float = Field(default=0.2139, gt=0, le=1)
+    a2a_bw_eff: float = Field(default=0.946, gt=0, le=1)
+    grouped_gemm_eff: float = Field(default=0.8547, gt=0, le=1)
+    ep_overlap: float = Field(default=0.7919, ge=0, le=1)
+    moe_membound_eff: float = Field(default=0.216, gt=0, le=1)
+    grouped_gemm_rows_scale: float = Field(
+        default=879.3967, ge=0, le=1e6, description="token rows per expert at which a grouped expert GEMM reaches "
+        "1 - 1/e of its efficiency (planner.costmodel.experts.rows_efficiency); 0: no dependence on the rows")
     kernel_fusion: Literal["fused", "compiled", "eager"] = Field(
         default="fused", description="how the framework runs the element-wise ops between GEMMs: fused "
         "(Transformer Engine / Megatron kernels), compiled (torch.compile, one Inductor kernel per chain), "

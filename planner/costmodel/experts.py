@@ -24,8 +24,12 @@ force-balanced routing; the Megatron-MoE ModelZoo measures real routing 4-20% sl
 Grouped GEMMs: the dense GEMM roofline of :mod:`compute` (peak x the calibrated efficiency curve,
 never faster than streaming weights and activations from HBM) with the efficiency curve taken at
 the smallest of the three dimensions (tokens per expert, ``h``, ``f_e / etp``: small per-expert
-GEMMs lose efficiency) and ``grouped_gemm_eff`` of it. The HBM term carries all local experts'
+GEMMs lose efficiency) and ``grouped_gemm_eff`` of it, times :func:`rows_efficiency` of the token rows
+per expert (``1 - exp(-rows / grouped_gemm_rows_scale)``: short per-expert GEMMs, one cuBLAS GEMM per
+local expert in Transformer Engine's grouped linear). The HBM term carries all local experts'
 weights, so few tokens per expert make the layer memory-bound, as measured for fine-grained MoE.
+Low-precision recipes quantize every routed row's GEMM operands (:func:`expert_cast_bytes`: ``k``
+times the rows a dense MLP quantizes), at HBM rate as the dense casts.
 
 Router (``h x E`` GEMM, then softmax or sigmoid, top-k, fp32: ~16 B per token and expert) and
 permutation / un-permutation (gather ``T_loc`` rows into ``T_loc * k`` expert-ordered rows and
@@ -235,6 +239,23 @@ def sort_chunks_bytes(model: ModelSpec, x: PlanArrays):
 
 
 # ------------------------------------------------------------------ compute
+def rows_efficiency(per, cluster: ClusterSpec):
+    """Fraction of its efficiency a grouped expert GEMM keeps with ``per`` token rows per expert:
+    ``1 - exp(-per / grouped_gemm_rows_scale)`` (1 where the scale is 0). Few rows per expert make
+    each expert's GEMM a short one: its tiles fill one partial wave of the SMs and its fixed costs
+    (launch, prologue, epilogue) are not amortised -- Transformer Engine's ``te.GroupedLinear`` runs
+    one cuBLAS GEMM per local expert over a few CUDA streams (``general_grouped_gemm`` ->
+    ``nvte_multi_stream_cublas_gemm``, transformer_engine/common/gemm/cublaslt_gemm.cu), so the
+    cost per expert grows with the local experts (``E / ep``) at the same FLOPs. The dense curve of
+    :func:`compute.gemm_efficiency` (``gemm_dim_scale``, fitted on dense GEMMs whose token dimension
+    is in the thousands) does not see this; the scale is fitted on the MoE rows
+    (bench/moe_fidelity.py, rows named in hardware/efficiency_profiles.yaml)."""
+    s = cluster.efficiency.grouped_gemm_rows_scale
+    if s <= 0:
+        return 1.0
+    return 1.0 - np.exp(-np.asarray(per, dtype=float) / s)
+
+
 def _grouped_gemm_s(rows, groups, k, n, cluster: ClusterSpec, fp8, balanced=True):
     """``groups`` GEMMs sharing ``rows`` token rows, each ``(rows/groups) x k`` by ``k x n``, in the
     precision recipe ``fp8`` (a ``PlanArrays.fp8`` code: peaks and operand bytes of
@@ -246,7 +267,8 @@ def _grouped_gemm_s(rows, groups, k, n, cluster: ClusterSpec, fp8, balanced=True
     tile = GROUPED_GEMM_TILE_M
     per_run = np.where(balanced, np.ceil(per / tile) * tile, per + tile / 2.0)
     flops = 2.0 * groups * per_run * k * n
-    eff = compute.gemm_efficiency(np.minimum(np.minimum(per, k), n), cluster) * e.grouped_gemm_eff
+    eff = compute.gemm_efficiency(np.minimum(np.minimum(per, k), n), cluster) * e.grouped_gemm_eff * rows_efficiency(
+        per, cluster)
     peak_bf16 = gpu.peak("bf16") * 1e12
     peaks = np.array([peak_bf16] + [gpu.peak_tflops.get(compute.RECIPES[c]["peak"], gpu.peak("bf16")) * 1e12
                                     for c in range(1, len(compute.RECIPES))])
@@ -263,6 +285,40 @@ def _mlp_fwd_s(model: ModelSpec, cluster: ClusterSpec, tokens, ffn_local, fp8):
     up = (2 if model.gated else 1) * ffn_local
     return compute._gemm_s(tokens, model.hidden_size, up, cluster, fp8) + compute._gemm_s(
         tokens, ffn_local, model.hidden_size, cluster, fp8)
+
+
+def expert_cast_bytes(model: ModelSpec, x: PlanArrays):
+    """Bytes a low-precision recipe spends quantizing the MoE layer's MLP GEMM operands beyond what
+    :func:`compute.lowp_cast_bytes` counts for the dense MLP it replaces, one MoE layer, one
+    micro-batch, one GPU, forward share (the backward's is the 2x backward rule, as there).
+
+    Transformer Engine quantizes every input of a grouped GEMM per routed row: ``te.GroupedLinear``
+    (Megatron-Core ``TEGroupedMLP``, megatron/core/transformer/moe/experts.py@d98e8a64, through
+    ``TEColumnParallelGroupedLinear`` / ``TERowParallelGroupedLinear``,
+    megatron/core/extensions/transformer_engine.py) splits its input by ``m_splits`` and quantizes
+    each expert's rows (TE ``module/grouped_linear.py``, ``tex.split_quantize``), forward the fc1
+    input (``h`` per routed row) and the fc2 input (``f_e/etp``), backward their output gradients
+    (``h`` for fc2, ``(2 if gated) f_e/etp`` for fc1), at the recipe's ``cast_fwd`` / ``cast_bwd``
+    bytes per element (:data:`compute.RECIPES`). A routed row is a token times ``k``: the routed
+    experts quantize ``k`` times the rows of the dense MLP whose casts :func:`compute.lowp_cast_bytes`
+    counts (``h + f`` forward, ``h + (2 if gated) f`` backward per token, ``/tp``); the shared experts
+    quantize their own inputs as a dense MLP of their width does. Zero for bf16 and for a dense model."""
+    m = model
+    if not m.is_moe or not np.any(x.fp8):
+        return np.zeros(len(x))
+    T = compute.tokens_per_gpu(x)
+    t = x.tp.astype(float)
+    h = m.hidden_size
+    g = 2 if m.gated else 1
+    fe = m.expert_ffn_hidden_size / x.etp
+    rows = routed_rows(m, x)
+    sw = m.num_shared_experts * (m.shared_expert_ffn_hidden_size or 0)
+    f = m.ffn_hidden_size
+    fwd = rows * (h + fe) + T * ((h + sw) / t if sw else 0.0) - T * (h + f) / t
+    bwd = rows * (h + g * fe) + T * ((h + g * sw) / t if sw else 0.0) - T * (h + g * f) / t
+    c_f, c_b = compute._recipe_table("cast_fwd", x.fp8), compute._recipe_table("cast_bwd", x.fp8)
+    lowp = np.where(x.fp8 > 0, 1.0 - x.bf16_frac, 0.0)
+    return lowp * (c_f * fwd + c_b * bwd) / 3.0
 
 
 def _act_bytes(model: ModelSpec, rows, width):
@@ -319,7 +375,7 @@ def moe_layer_times(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> di
            + (PERMUTE_BYTES + UNPERMUTE_BYTES + 2.0 / k) * Tl * k * imbalance(x) * h
            + sort_chunks_bytes(model, x)) / eff
     mem = mem + _act_bytes(m, rows, fe) + (_act_bytes(m, T, shared_w / t) if shared_w else 0.0)
-    mem = mem - _act_bytes(m, T, m.ffn_hidden_size / t)
+    mem = mem - _act_bytes(m, T, m.ffn_hidden_size / t) + expert_cast_bytes(m, x)
     comp_f = routed + shared + router - dense_mlp
     mem_f = compute.hbm_s(mem, cluster)
     return {"compute_fwd_s": comp_f, "compute_bwd_s": 2.0 * comp_f, "membound_fwd_s": mem_f,
