@@ -95,15 +95,18 @@ def _credit_file(merged: dict[str, Any], data: dict[str, Any], note: str) -> Non
 FILE_EFFICIENCY_PREFIX = "efficiency."
 
 
-def _mark_efficiency(merged: dict[str, Any], data: dict[str, Any], file_name: str) -> None:
+def _mark_efficiency(merged: dict[str, Any], data: dict[str, Any], file_name: str, restates: Any = None) -> None:
     """Credit the efficiency terms the file gives explicitly to the file (``sources["efficiency.<term>"]``):
-    an explicit value of the user's wins over a framework profile's default."""
+    an explicit value of the user's wins over a framework profile's default. A full file that restates a
+    catalog system under its name (``restates``, e.g. ``plan-catalog show``'s output) overrides nothing
+    where its value is the catalog's: that system, profiles included."""
     eff = data.get("efficiency")
     if not isinstance(eff, dict) or not isinstance(merged.get("sources", {}), dict):
         return
+    same = restates.efficiency.model_dump() if restates is not None else {}
     sources = merged.setdefault("sources", {})
-    for key in eff:
-        if key != "source":
+    for key, value in eff.items():
+        if key != "source" and not (key in same and same[key] == value):
             sources[f"{FILE_EFFICIENCY_PREFIX}{key}"] = f"cluster file {file_name}"
 
 
@@ -124,11 +127,14 @@ def load_cluster_file(path: str | Path) -> ClusterSpec:
         merged["sources"] = dict(merged.get("sources", {}), base=f"catalog {base.name} + {p.name}")
         merged = deep_merge(merged, data)
         _credit_file(merged, data, f"{p.name} (overrides catalog {base.name})")
+        restates = None  # every term it gives is the user's over the base
     else:
         _check_fields(data, ClusterSpec, where)
         merged = dict(data)
         merged.setdefault("name", p.stem)
-    _mark_efficiency(merged, data, p.name)
+        name = merged.get("name")
+        restates = get_cluster(name) if isinstance(name, str) and canonical_name(name) is not None else None
+    _mark_efficiency(merged, data, p.name, restates)
     try:
         return ClusterSpec.model_validate(merged)
     except ValidationError as exc:

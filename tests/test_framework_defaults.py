@@ -177,3 +177,20 @@ def test_the_search_runs_each_frameworks_default_loss_and_refuses_what_it_cannot
                                         "torchtitan", "--cross-entropy", "te"])
     assert r.exit_code == 2 and r.output.startswith("error: cross_entropy: torchtitan cannot run te") \
         and r.output.count("\n") == 1, r.output
+
+
+def test_a_catalog_dump_overrides_only_the_terms_it_changes(tmp_path):
+    from plan_search.cli.catalog import main as catalog_cli
+
+    r = CliRunner().invoke(catalog_cli, ["show", H100])
+    assert r.exit_code == 0, r.output
+    same = tmp_path / "h100-dump.yaml"
+    same.write_text(r.output)  # restates h100-sxm under its name: no term of it is an override
+    changed = tmp_path / "h100-eager.yaml"
+    changed.write_text(r.output.replace("kernel_fusion: fused", "kernel_fusion: eager"))
+    assert "kernel_fusion: eager" in changed.read_text()
+    t = {g: ps.estimate("llama3.1-70b", g, framework="torchtitan", **LLAMA).step_time_s
+         for g in (H100, str(same), str(changed))}
+    eager = ps.estimate("llama3.1-70b", H100, framework="torchtitan", sets=["efficiency.kernel_fusion=eager"],
+                        **LLAMA).step_time_s
+    assert t[str(same)] == t[H100] and t[str(changed)] == eager != t[H100]
