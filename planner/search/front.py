@@ -420,7 +420,7 @@ def default_max_gpus(model, cluster, gbs, seq, request, deadline: float = math.i
     shared = LayoutTerms.build(model, cluster)  # the pieces' per-layout terms (a layout recurs at each count)
     lo_done = 0
     best_prev = math.inf
-    last_enum_s = 0.0
+    next_min_s = 0.0  # what the next doubling takes before its pricing can stop: see below
     while True:
         counts = gpu_counts(cluster, request, upper=cap)
         new = counts[counts > lo_done]
@@ -436,9 +436,11 @@ def default_max_gpus(model, cluster, gbs, seq, request, deadline: float = math.i
                     timing["cut"] = "max_candidates"
                 return lo_done, pieces, cols
             b = time.perf_counter()
-            last_enum_s = b - a
             pieces.append(sp)
             cols.append(evaluate_columns(model, cluster, sp.x, request, deadline, shared))
+            priced = time.perf_counter()
+            # twice this piece's enumeration and its first chunk's pricing (as many new GPU counts as all before)
+            next_min_s = 2 * (b - a) + (priced - b) * min(1.0, EVAL_CHUNK / max(len(sp), 1))
             if timing is not None:
                 timing["enumerate"] = timing.get("enumerate", 0.0) + b - a
                 timing["evaluate"] = timing.get("evaluate", 0.0) + time.perf_counter() - b
@@ -452,9 +454,10 @@ def default_max_gpus(model, cluster, gbs, seq, request, deadline: float = math.i
                 best = min(best, float(c["days"][ok].min()))
         if cap >= cap_limit:
             break
-        # a doubling's enumeration cannot stop midway: the next is not started unless it is expected to
-        # end before the deadline (twice the last one's time, for twice the GPU counts)
-        if time.perf_counter() + 2 * last_enum_s > deadline:
+        # a doubling's enumeration cannot stop midway and its pricing only between chunks (the rows it leaves
+        # are not evaluated, and said so): the next is not started unless its enumeration and first chunk are
+        # expected to end before the deadline
+        if time.perf_counter() + next_min_s > deadline:
             if timing is not None:
                 timing["cut"] = "time_limit"
             break
