@@ -77,7 +77,7 @@ def test_cpsat_is_not_started_past_the_phases_share_and_the_answer_is_the_oracle
     # the phases ended; before the solve the clock passes their share of the limit (70 of 100 s), not the limit
     state = _expire_at(monkeypatch, "build_table", offset_s=80.0)
     res = ps.search(**GPT, solver="cpsat", time_limit_s=100)
-    assert state["calls"] == 1 and res.stats.solves == 0
+    assert state["calls"] == 1 and res.stats.solves == 0 and res.stats.solver == "exhaustive"
     assert any(c.startswith("solve: CP-SAT not started (time limit)") for c in res.stats.cut)
     assert [(p.gpu, p.num_gpus, p.plan) for p in res.front] == [(p.gpu, p.num_gpus, p.plan) for p in full.front]
     assert res.recommended == full.recommended

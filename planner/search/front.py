@@ -1530,7 +1530,8 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
         candidates=total, memory_rejected=mem_rej, evaluated=evaluated, comm_rejected=comm_rej, feasible=n_feas,
         pruned=n_feas - len(table), solver_candidates=len(table),
         gpu_counts=int(sum(len(s.counts) for s in systems)), solves=solves, enumerate_s=t_enum, evaluate_s=t_eval,
-        solve_s=t_solve, total_s=time.perf_counter() - t0, proven_optimal=bool(proven), solver=req.solver,
+        solve_s=t_solve, total_s=time.perf_counter() - t0, proven_optimal=bool(proven),
+        solver="exhaustive" if late else req.solver,  # the solver that answered (CP-SAT not started: see cut)
         solver_threads=req.solver_threads, cut=what_cut,
     )
     inputs = ResolvedInputs(model=model.name, params=counting.total_params(model), systems=labels,
