@@ -30,7 +30,7 @@ _EXPORTS = {
     "SearchResult": "plan_search.planner.search.request",
     "NoFeasiblePlan": "plan_search.planner.search.request",
     "Knobs": "plan_search.planner.search.request",
-    "estimate": "plan_search.planner.costmodel.estimate",
+    "estimate": "plan_search.planner.estimate",
     "Estimate": "plan_search.planner.costmodel.estimate",
     "Plan": "plan_search.planner.costmodel.plan",
     "allocate": "plan_search.planner.allocate",

@@ -194,3 +194,26 @@ def test_a_catalog_dump_overrides_only_the_terms_it_changes(tmp_path):
     eager = ps.estimate("llama3.1-70b", H100, framework="torchtitan", sets=["efficiency.kernel_fusion=eager"],
                         **LLAMA).step_time_s
     assert t[str(same)] == t[H100] and t[str(changed)] == eager != t[H100]
+
+
+def test_the_api_and_the_cli_price_a_framework_named_plan_alike():
+    """plan_search.estimate(framework=...) prices the plan plan-estimate --framework prices: the
+    framework's defaults for the unset knobs (Megatron's loss, torchtitan's reshard-after-forward),
+    and the same refusal for a plan the framework cannot run."""
+    import json
+
+    for framework, extra, kw in (("megatron", (), {}), ("nemo", (), {}),
+                                 ("torchtitan", ("--zero", "3", "--tp", "4", "--pp", "2"), dict(zero=3, tp=4, pp=2))):
+        api = ps.estimate("llama3.1-8b", H100, framework=framework, recompute="full", **{**ONE_STAGE, **kw})
+        code, out = _cli(*ONE_STAGE_ARGS, "--recompute", "full", *extra, "--framework", framework, "--format", "json")
+        cli = json.loads(out)
+        assert cli["plan"] == json.loads(api.plan.model_dump_json()), framework
+        assert cli["step_time_s"] == api.step_time_s and cli["memory"] == json.loads(api.memory.model_dump_json())
+    assert ps.estimate("llama3.1-8b", H100, framework="megatron", recompute="full", **ONE_STAGE).plan.cross_entropy \
+        == "megatron"
+    tt = ps.estimate("llama3.1-8b", H100, framework="torchtitan", recompute="full", **{**ONE_STAGE, "zero": 3, "tp": 4, "pp": 2})
+    assert tt.plan.reshard_after_forward is False  # torchtitan keeps parameters gathered under pipeline parallelism
+    with pytest.raises(InputError, match="torchtitan-zero12"):
+        ps.estimate("llama3.1-8b", H100, framework="torchtitan", recompute="full", **{**ONE_STAGE, "zero": 1, "tp": 4})
+    code, out = _cli(*ONE_STAGE_ARGS, "--recompute", "full", "--zero", "1", "--tp", "4", "--framework", "torchtitan")
+    assert code == 2 and "torchtitan-zero12" in out

@@ -7,7 +7,7 @@ into pydantic documents whose JSON is the ``plan-estimate --format json`` output
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -211,6 +211,7 @@ def estimate(
     sets: Sequence[str] = (),
     framework: str | None = None,
     compiled: bool = True,
+    plan_defaults: Callable[[Plan, ModelSpec, ClusterSpec], Plan] | None = None,
     **plan_fields,
 ) -> Estimate:
     """Step time, memory and run figures of one plan, with their breakdowns and the verdict.
@@ -220,7 +221,10 @@ def estimate(
     kernel-efficiency profile (:func:`plan_search.hardware.profiles.for_framework`; torchtitan
     ``compiled`` or eager; None: the catalog's Megatron/Transformer Engine values). The plan is a :class:`Plan`, a dict
     of its fields, or its fields as keyword arguments (``num_gpus=8, tp=2``); ``global_batch``
-    and ``seq_len`` default to the model's, as in ``plan-estimate``.
+    and ``seq_len`` default to the model's, as in ``plan-estimate``. ``plan_defaults(plan, model,
+    cluster)`` gives the plan priced, or raises :class:`InputError` (``plan_search.estimate``
+    passes the named framework's defaults for the knobs left unset and its rules, which the cost
+    model cannot import: :mod:`plan_search.planner.estimate`).
     """
     _check_api_inputs(model, cluster, plan, memory_headroom, tokens, checkpoint_interval_h)
     if framework is not None and not isinstance(framework, str):  # was an AttributeError deep inside
@@ -252,6 +256,8 @@ def estimate(
         fields.setdefault("seq_len", m.seq_len)
         plan = fields
     p = plan if isinstance(plan, Plan) else _plan_from_fields(plan)
+    if plan_defaults is not None:
+        p = plan_defaults(p, m, c)
     check_plan(m, c, p)
     x = PlanArrays.from_plans([p], m.num_layers)
     r = evaluate(m, c, x, memory_headroom=memory_headroom, tokens=tokens, checkpoint_interval_h=checkpoint_interval_h)
