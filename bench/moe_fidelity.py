@@ -122,6 +122,21 @@ DIE_PAIRS = {"b200": "gb200-nvl72", "b300": "gb300-nvl72"}
 #: with the ratio free (fitted 0.633, kept): 15.0%, 37.9%, 17.8% / 16.9%, 10.6% / 19.1%. The same pass
 #: priced at streaming HBM rate instead of ``moe_membound_eff`` (it moves contiguous chunks): median
 #: 15.9%, p90 44.7%, LOMO 21.4% / 14.6%, LOGO b200 17.1% -- the rows want it as slow as the permutation.
+#: Kept (2026-12-01): the routed rows' low-precision casts (experts.expert_cast_bytes) and the grouped
+#: GEMMs' efficiency with the token rows per expert (``grouped_gemm_rows_scale``, fitted 879): median
+#: 15.0% -> 13.7%, p90 37.9% -> 35.6%, LOMO DeepSeek-V3 17.8% -> 16.8%, Qwen3-235B 16.9% -> 14.7%, LOGO
+#: b200 10.6% -> 8.6%, b300 19.1% -> 20.0%, gb200 10.7% -> 7.2%, gb300 12.9% -> 13.3%; the HGX ratio
+#: moved 0.633 -> 0.664 only (HGX_NOTE). Tried with them and left out: ``moe_membound_eff`` bounded to
+#: 0.5-1.0 (a physical gather/scatter rate): it sits at the bound, ``attention_eff@blackwell`` falls to
+#: 0.24 to pay for it, median 16.0%, p90 40.2% -- the rows want ~5x the streaming cost per routed row and
+#: hidden element, which the permutation bytes alone do not explain (the all-to-all, priced per routed
+#: row too, fits at its bound 0.95: the two are nearly collinear inside a node). A fused-attention
+#: efficiency for Hopper (H100/H800 MoE rows run TE/cuDNN attention; 0.33 is the FA2 prior): 0.55 gives
+#: the MoE rows median 13.1%, p90 29.9%, but bench/fidelity.py's dense H100 rows, priced by the same
+#: profile, then fail their floors (nemo-long-seq -34%, p90 18.1%): the long-sequence rows pin 0.33.
+#: A per-release factor (``--releases``, after the all-rows fit: 25.09 x0.93, 25.11 x1.06, 26.02 x1.35,
+#: 26.04 x0.95, 26.06 x0.93 -- no trend with the release, 26.02 slow): LOMO DeepSeek-V3 16.8% -> 18.5%
+#: with it, so no release factor.
 FAMILIES = {"blackwell": BLACKWELL}
 FAMILY_TERMS: dict = {"attention_eff@blackwell": (0.1, 0.9)}
 HGX_RATIO = ("hgx_over_nvl72", (0.5, 1.2))
