@@ -158,7 +158,7 @@ def main(runs: Path, gpu_ref: str, output: Path, sets: tuple[str, ...], iters: i
     """Fit the efficiency terms of a system to measured runs (CSV in the layout of
     planner/published_runs.csv) and write a cluster YAML usable as --gpu."""
     from plan_search.models.io import InputError
-    from plan_search.planner.calibration import fit_efficiency, load_runs, predict
+    from plan_search.planner.calibration import error_summary, fit_efficiency, load_runs, predict
 
     from plan_search.models.output import check_output, write_text_atomic
 
@@ -175,14 +175,26 @@ def main(runs: Path, gpu_ref: str, output: Path, sets: tuple[str, ...], iters: i
     click.echo(f"plan-calibrate: fitting {len(records)} run(s) of {base_name} from {runs.name} "
                f"(iters {iters})...", err=True)
     before = [predict(r, cluster) for r in records]
-    fitted = fit_efficiency(records, cluster, iters=iters)
+    # pulled towards the system's own terms (the catalog's fit or the file's), not the generic defaults:
+    # a few rows move what they see and leave the rest as the system had it
+    fitted = fit_efficiency(records, cluster, iters=iters, prior=cluster.efficiency)
     fitted = fitted.model_copy(update={"source": f"{fitted.source}; file {runs.name}"})
     after_cluster = cluster.model_copy(update={"efficiency": fitted})
     after = [predict(r, after_cluster) for r in records]
+    kept = ""
+    if error_summary(after)["median"] > error_summary(before)["median"]:
+        # the fit minimises the squared log error, which can move the median |error| up: the terms
+        # written never fit the rows worse, by the median printed, than the system's own
+        fitted = cluster.efficiency.model_copy(update={"source": f"{cluster.efficiency.source}; kept by plan-calibrate: "
+                                                                 f"a fit on {runs.name} raised the median |error|"})
+        after = before
+        kept = "the fit raised the median |error|: the system's terms are kept"
 
     summary, sb, sa = _summary(before, after)
     lines = [f"{cluster.name} ({cluster.gpu.name}): {len(records)} run(s) from {runs.name}", ""]
     lines += _row_table(before, after) + [""] + summary + [""] + _term_changes(cluster.efficiency, fitted)
+    if kept:
+        lines += [kept]
 
     # The cluster document: base + the file's own fields + --set overrides + the fitted terms.
     data: dict[str, Any] = {"base": base_name}
