@@ -15,6 +15,8 @@ cache on, as an installed package does, unless ``--no-bytecode-cache``), (b) :fu
 the first, cold call is printed apart), (c) the exhaustive oracle on the same space, with the
 phase times; then how the search time grows with the GPU range, the number of GPU types and the
 model depth (megatron-gpt-1t). Targets (issue 4, 2-core machine): CLI <= 2 s, search <= 1 s.
+Next to the wall-clock medians (the targets' figures), the CPU seconds (user + system) of the same
+runs and their ratio to the floor's: on a shared machine the CPU ratio moves less with the load.
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+try:
+    import resource
+except ImportError:  # not on Windows: no CPU figures
+    resource = None
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -127,10 +134,21 @@ CASES = {
 ENV: dict | None = None
 
 
-def _process_time(cmd: list[str]) -> float:
+#: CPU seconds (user + system) of each timed process, by command (the last element of the floor's
+#: argv, the CLI's first option list): printed next to the wall-clock medians, as the CPU ratio moves
+#: less with the machine's load than the wall-clock one (the targets are the wall-clock ratios).
+CPU: dict[str, list[float]] = {}
+
+
+def _process_time(cmd: list[str], key: str | None = None) -> float:
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN) if resource else None
     t = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT, env=ENV)
-    return time.perf_counter() - t
+    wall = time.perf_counter() - t
+    if key is not None and resource:
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        CPU.setdefault(key, []).append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+    return wall
 
 
 def _bytecode_env(cache_dir: str) -> dict:
@@ -175,22 +193,29 @@ def main() -> int:
         last[name] = search(SearchRequest(**req))
         print(f"  {name}: first call (cold) {time.perf_counter() - t:.2f} s")
     for _ in range(args.runs):  # interleaved, so a noisy stretch hits every figure alike
-        floors.append(_process_time(FLOOR))
+        floors.append(_process_time(FLOOR, "floor"))
         for name, (req, cli, _a, _b) in CASES.items():
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             last[name] = search(SearchRequest(**req))
             figures[name]["search"].append(time.perf_counter() - t)
-            figures[name]["cli"].append(_process_time(_cli_cmd() + cli))
+            CPU.setdefault(name + " search", []).append(time.process_time() - c)
+            figures[name]["cli"].append(_process_time(_cli_cmd() + cli, name + " cli"))
     floor = statistics.median(floors)
-    print(f"  import floor (numpy, pydantic, yaml, click, ortools cp_model): median {floor:.3f} s")
-    print(f"\n{'case':38} {'figure':16} {'median s':>9} {'x floor':>8} {'target':>7}")
+    print(f"  import floor (numpy, pydantic, yaml, click, ortools cp_model): median {floor:.3f} s"
+          + (f", CPU {statistics.median(CPU['floor']):.3f} s" if CPU.get("floor") else ""))
+    cpu_floor = statistics.median(CPU["floor"]) if CPU.get("floor") else float("nan")
+    print(f"\n{'case':38} {'figure':16} {'median s':>9} {'x floor':>8} {'target':>7} {'':7}  "
+          f"{'CPU s':>6} {'x floor CPU':>11}")
     met = True
     for name, (_req, _cli, t_search, t_cli) in CASES.items():
         for fig, target in (("search() warm", t_search), ("CLI end to end", t_cli)):
-            med = statistics.median(figures[name]["search" if fig.startswith("search") else "cli"])
+            key = "search" if fig.startswith("search") else "cli"
+            med = statistics.median(figures[name][key])
             ok = med / floor <= target
             met &= ok
-            print(f"{name:38} {fig:16} {med:9.3f} {med / floor:8.2f} {target:6.1f}x {'MET' if ok else 'NOT MET'}")
+            cpu = statistics.median(CPU[f"{name} {key}"]) if CPU.get(f"{name} {key}") else float("nan")
+            print(f"{name:38} {fig:16} {med:9.3f} {med / floor:8.2f} {target:6.1f}x {'MET' if ok else 'NOT MET':7}  "
+                  f"{cpu:6.3f} {cpu / cpu_floor:11.2f}")
         st = last[name].stats
         print(f"{'':38} candidates {st.candidates:,}, {st.memory_rejected:,} over memory (not timed), "
               f"{st.feasible:,} feasible, front {len(last[name].front)}; enumerate {st.enumerate_s:.3f} s, "
