@@ -304,6 +304,7 @@ class _JoinedArrays(PlanArrays):
         if idx.dtype == bool:
             idx = np.flatnonzero(idx)
         idx = idx.astype(np.int64, copy=False)
+        idx = np.where(idx < 0, idx + len(self), idx)  # numpy's negative indices, as a column's take
         piece = np.searchsorted(self._starts, idx, side="right") - 1
         sel = [(k, np.flatnonzero(piece == k)) for k in np.unique(piece).tolist()]
         out = {}
