@@ -184,15 +184,13 @@ def test_fp8_uses_the_fp8_peak_and_is_refused_without_one():
         estimate(m, A100, dict(plan, precision="fp8"))
 
 
-def test_interleaving_shrinks_the_bubble_and_hides_p2p():
+def test_interleaving_shrinks_the_bubble_and_grows_p2p():
     m = GPT3
     base = dict(num_gpus=512, tp=8, pp=8, micro_batch=1, global_batch=512, seq_len=2048)
     one = estimate(m, A100, dict(base, vpp=1))
     two = estimate(m, A100, dict(base, vpp=4))
     assert two.time.bubble_s == pytest.approx(one.time.bubble_s / 4, rel=0.05)
-    # 4x the sends, but the interleaved schedule overlaps them with the next chunk (issue 12:
-    # Megatron's overlap_p2p_comm; tests/test_pp_p2p_overlap.py)
-    assert one.time.pp_comm_s > 0.0 and two.time.pp_comm_s == 0.0
+    assert two.time.pp_comm_s > one.time.pp_comm_s
     # 1F1B bubble fraction (p-1)/m for balanced stages.
     assert one.time.bubble_fraction == pytest.approx(7 / 64, rel=0.1)
 

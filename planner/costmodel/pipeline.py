@@ -51,22 +51,3 @@ def bubble_s(x: PlanArrays, mean):
 def bubble_fraction(bubble, steady):
     """The bubble as a fraction of the steady-state (ideal) time."""
     return bubble / np.maximum(steady, 1e-30)
-
-
-def p2p_exposed_s(x: PlanArrays, raw, overlap: float, chunk_fwd_s, chunk_bwd_s):
-    """Exposed pipeline send/receive seconds per micro-batch and stage, from ``raw`` (the
-    ``2 * vpp`` sends of :func:`comm.pp_microbatch_s`).
-
-    - 1F1B (``vpp`` 1): Megatron batches each step's sends and receives and waits for them
-      (``batch_p2p_comm``; Megatron-LM ``megatron/training/arguments.py`` @d98e8a64: "Overlap P2P
-      communication is disabled if not using the interleaved schedule"): ``overlap`` (the
-      ``pp_overlap`` prior) of them hides.
-    - Interleaved 1F1B (``vpp`` > 1): the schedule posts each chunk's receive before computing
-      the chunk before it and waits after (``overlap_p2p_comm``, which Megatron-LM sets for the
-      interleaved schedule and Megatron-Bridge's ``CommOverlapConfig`` sets for ``vp > 1``:
-      ``src/megatron/bridge/training/comm_overlap.py`` @v0.3.0), so a send is exposed only by what
-      exceeds one chunk's forward (resp. backward) compute, ``chunk_fwd_s`` / ``chunk_bwd_s``.
-    - DualPipe hides them (caller)."""
-    per_send = raw / np.maximum(2.0 * x.vpp, 1.0)
-    interleaved = x.vpp * (np.maximum(per_send - chunk_fwd_s, 0.0) + np.maximum(per_send - chunk_bwd_s, 0.0))
-    return np.where(x.vpp > 1, interleaved, raw * (1.0 - overlap))

@@ -176,10 +176,7 @@ def layout_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
     cl = _layer_comm(model, cluster, x, lt)
     T = compute.tokens_per_gpu(x)
     pp_raw = comm.pp_microbatch_s(model.hidden_size, T, x, cluster)
-    chunk = np.maximum(x.mid, 1) / np.maximum(x.vpp, 1)  # layers per model chunk (interleaved: its sends hide behind one)
-    pp_s = pipeline.p2p_exposed_s(x, pp_raw, cluster.efficiency.pp_overlap, chunk * lt["compute_fwd_s"],
-                                  chunk * lt["compute_bwd_s"])
-    pp_s = np.where(x.pp_sched == 1, 0.0, pp_s)  # DualPipe hides PP sends (pipeline.py)
+    pp_s = np.where(x.pp_sched == 1, 0.0, pp_raw * (1.0 - cluster.efficiency.pp_overlap))  # DualPipe hides PP sends (pipeline.py)
     single = x.pp == 1
     first = _stage_components(model, cluster, x, x.first, lt, cl, True, single, lg, em, pp_s)
     mid = _stage_components(model, cluster, x, x.mid, lt, cl, False, False, lg, em, pp_s)
