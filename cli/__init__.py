@@ -24,6 +24,10 @@ def _interrupted_while_starting(signum, frame):  # pragma: no cover - exits the 
 
 
 def _is_console_script() -> bool:
+    # a process multiprocessing spawns (plan-sweep's workers) runs the console script again, with
+    # its parent's argv: it is no console script, and its parent ends it with a silent SIGTERM
+    if "--multiprocessing-fork" in getattr(_sys, "orig_argv", ()):
+        return False
     return _os.path.basename(_sys.argv[0] if _sys.argv else "").startswith("plan-")
 
 
