@@ -427,7 +427,8 @@ def format_csv(res) -> str:
               help="output format [default: table; json for a --request file, or the request's format]")
 @click.option("--schema", type=click.Choice(["request", "result"]), default=None,
               help="print the JSON Schema of the request or the result and exit")
-@click.option("--framework", type=click.Choice(["megatron", "deepspeed", "torchtitan", "nemo"]), default=None,
+@click.option("--framework", type=click.Choice(["megatron", "deepspeed", "torchtitan", "nemo"], case_sensitive=False),
+              default=None,
               help="only plans this framework can run (planner/frameworks/rules.py)")
 @click.option("--emit", is_flag=True, default=False,
               help="with --framework: print the recommended plan's launch configuration (in JSON: 'launch')")

@@ -82,3 +82,31 @@ def test_cli_gpus_range_replaces_a_request_files_list(tmp_path):
     r = CliRunner().invoke(main, ["--request", str(f), "--gpus", "16..32", "--format", "json"])
     assert r.exit_code == 0, r.output
     assert sorted({p["num_gpus"] for p in json.loads(r.output)["front"]}) == [16, 24, 32]
+
+
+def test_framework_name_in_any_casing_is_the_framework(tmp_path):
+    """plan-search --framework, a request file's framework: and plan_search.search take the name in any
+    casing, as plan-estimate --framework and plan_search.estimate(framework=...) do (both refused
+    'TorchTitan', with a different message each)."""
+    import json
+
+    from click.testing import CliRunner
+
+    import plan_search as ps
+    from plan_search.cli.search import main
+
+    kw = dict(model="llama3.1-8b", gpu=["h100-sxm"], gpus=[8, 16])
+    want = [fp.plan for fp in ps.search(dict(kw, framework="torchtitan")).front]
+    assert want and [fp.plan for fp in ps.search(dict(kw, framework=" TorchTitan")).front] == want
+    req = tmp_path / "req.json"
+    req.write_text(json.dumps(dict(kw, framework="TorchTitan")))
+    for args in (["--request", str(req)],
+                 ["--model", "llama3.1-8b", "--gpu", "h100-sxm", "--gpus", "8,16", "--framework", "TORCHTITAN",
+                  "--format", "json"]):
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 0, r.output
+        got = json.loads(r.output)
+        assert [fp["plan"] for fp in got["front"]] == [p.model_dump(mode="json") for p in want]
+        assert got["request"]["framework"] == "torchtitan"
+    r = CliRunner().invoke(main, ["--model", "llama3.1-8b", "--gpu", "h100-sxm", "--framework", "titan"])
+    assert r.exit_code == 2 and "'titan' is not one of" in r.output

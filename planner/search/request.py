@@ -358,6 +358,12 @@ class SearchRequest(_Strict):
                 raise ValueError(f"sets: {s[:60]!r} is not KEY=VALUE (e.g. node.inter_node_gbps=50)")
         return v
 
+    @field_validator("framework", mode="before")
+    @classmethod
+    def _framework_case(cls, v):
+        # any casing, as plan-estimate --framework and plan_search.estimate(framework=...) take it
+        return v.strip().lower() if isinstance(v, str) else v
+
     @field_validator("gpu")
     @classmethod
     def _gpu(cls, v):
