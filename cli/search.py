@@ -461,7 +461,9 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
         from plan_search.models.io import read_document
 
         data = dict(read_document(request_file, "request"))
-    from plan_search.models.io import InputError, short_repr
+    from pydantic import ValidationError
+
+    from plan_search.models.io import InputError, short_repr, validation_message
 
     for key, kind, what in (("knobs", dict, "a mapping of knob bounds"), ("sets", list, "a list of KEY=VALUE strings")):
         if data.get(key) is not None and not isinstance(data[key], kind):  # merged with the options below
@@ -470,6 +472,12 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
     if model_ref:
         data["model"] = model_ref
     if not data.get("model"):
+        if data:  # an unknown key (a misspelt model:) is named before the missing model
+            try:
+                SearchRequest.model_validate(dict(data, model="-"))
+            except ValueError as exc:
+                if isinstance(exc, ValidationError) and any(e["type"] == "extra_forbidden" for e in exc.errors()):
+                    raise InputError(f"request: {validation_message(exc)}") from None
         raise click.UsageError("--model is required (or a --request file with model:)")
     if gpu_ref is not None:  # --gpu "" is an empty name, not the default
         data["gpu"] = [g.strip() for g in gpu_ref.split(",") if g.strip()]

@@ -201,9 +201,53 @@ class NoBoolNumbers(BaseModel):
     def _no_bool_numbers(cls, data):
         return refuse_bools(cls, data)  # "gpus": [true] is not one GPU; lax mode takes True as 1
 
+def _model_named(name: str) -> type[BaseModel] | None:
+    """The pydantic model class called ``name`` (a ValidationError carries only its title)."""
+    todo, seen = [BaseModel], set()
+    while todo:
+        cls = todo.pop()
+        for sub in cls.__subclasses__():
+            if sub not in seen:
+                if sub.__name__ == name and sub.__module__.startswith("plan_search"):
+                    return sub
+                seen.add(sub)
+                todo.append(sub)
+    return None
+
+
+def _inner_model(annotation: Any) -> type[BaseModel] | None:
+    """The model class inside ``annotation`` (``M``, ``M | None``, ``list[M]``, ``dict[str, M]``)."""
+    import typing
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _unknown_key_hint(exc: ValidationError, loc: tuple) -> str:
+    """``; closest: a, b`` naming the fields nearest an unknown key at ``loc``, when there are any."""
+    model = _model_named(exc.title)
+    for part in loc[:-1]:
+        if model is None:
+            return ""
+        if isinstance(part, str):
+            f = model.model_fields.get(part)
+            model = _inner_model(f.annotation) if f is not None else None
+    if model is None or not loc:
+        return ""
+    close = closest(str(loc[-1]), [n for n in model.model_fields if n != "source"], n=3)
+    return f"; closest: {', '.join(close)}" if close else ""
+
+
 def validation_message(exc: ValidationError, where: str = "") -> str:
-    """First error of a pydantic ValidationError as ``where: field.path: message``."""
-    err = exc.errors()[0]
+    """First error of a pydantic ValidationError as ``where: field.path: message``; an unknown key
+    comes first (a misspelt required field is also a missing one) with the nearest field names."""
+    errors = exc.errors()
+    err = next((e for e in errors if e.get("type") == "extra_forbidden"), errors[0])
     loc = ".".join(str(p) if isinstance(p, int) else field_name(p) for p in err.get("loc", ()) if p != "__root__")
     loc = loc.removeprefix("knobs.")  # a plan knob is named alone: requests take it at the top level too
     msg = (err.get("msg") or "invalid value").removeprefix("Value error, ")  # not str(exc): it prints the input
@@ -211,7 +255,9 @@ def validation_message(exc: ValidationError, where: str = "") -> str:
     shown = ""
     if err.get("type") not in ("missing", "value_error") and not isinstance(inp, (dict, list)):
         shown = f" (got {short_repr(inp)})"
-    more = len(exc.errors()) - 1
+    if err.get("type") == "extra_forbidden":
+        shown += _unknown_key_hint(exc, tuple(err.get("loc", ())))
+    more = len(errors) - 1
     tail = f" [+{more} more]" if more > 0 else ""
     prefix = f"{where}: " if where else ""
     field = f"{loc}: " if loc and not msg.startswith(loc) else ""

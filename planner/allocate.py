@@ -163,6 +163,18 @@ class Job(_Doc):
     search: dict = Field(default_factory=dict, description="other SearchRequest fields (knobs, memory_headroom, "
                          "precision, sets, budget_usd, time_limit_s, ...)")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _search_fields_go_under_search(cls, data):
+        if isinstance(data, dict):
+            from plan_search.planner.search.request import SearchRequest
+
+            for key in data:
+                if key not in cls.model_fields and key in SearchRequest.model_fields:
+                    raise ValueError(f"{key}: a search setting, not a job field; give it under the job's "
+                                     f"search: mapping (search: {{{key}: ...}})")
+        return data
+
     @field_validator("tokens", mode="before")
     @classmethod
     def _no_bool(cls, v):

@@ -467,6 +467,13 @@ def test_cli_infeasible_exits_3(tmp_path):
     ({"free": {"h100-sxm": 8}}, [{"name": "x", "model": "llama2-7b", "tokens": 1e9,
                                   "search": {"precision": "fp4"}}], "job x: search: precision"),
     ({"free": {"h100": 8, "h100-sxm": 8}}, JOBS, "same system"),
+    # an unknown key before the field it misspells (was 'jobs.0.tokens: Field required [+1 more]')
+    ({"free": {"h100-sxm": 8}}, [{"name": "x", "model": "llama2-7b", "tokns": "5B"}],
+     "jobs.0.tokns: Extra inputs are not permitted (got '5B'); closest: tokens"),
+    ({"fre": {"h100-sxm": 8}}, JOBS, "pool: fre: Extra inputs are not permitted; closest: free"),
+    # a SearchRequest field on the job itself says where it goes
+    ({"free": {"h100-sxm": 8}}, [{"name": "x", "model": "llama2-7b", "tokens": 1e9, "time_limit_s": 2}],
+     "time_limit_s: a search setting, not a job field; give it under the job's search: mapping"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(tmp_path, pool, jobs, word):
     p, j = _write(tmp_path, pool=pool, jobs=jobs)

@@ -333,6 +333,11 @@ def test_schemas_are_valid_json_schema_and_match_the_documents(which, result):
 
 @pytest.mark.parametrize("doc,word", [
     ('{"model": "llama2-7b", "colour": 1}', "colour: Extra inputs are not permitted"),
+    # an unknown key names the nearest fields; a misspelt model: is named, not reported missing
+    ('{"model": "llama2-7b", "time_limt_s": 5}', "time_limt_s: Extra inputs are not permitted (got 5); "
+                                                  "closest: time_limit_s"),
+    ('{"model": "llama2-7b", "knobs": {"tpp": [1, 2]}}', "tpp: Extra inputs are not permitted; closest: tp,"),
+    ('{"modle": "llama2-7b"}', "modle: Extra inputs are not permitted (got 'llama2-7b'); closest: model"),
     ("[1, 2]", "expected a mapping"),
     ('{"model": "llama2-7b", "gpus": "eight"}', "gpus: Input should be a valid list"),
     ("{bad", "not valid YAML/JSON"),
