@@ -58,6 +58,21 @@ def test_a_limit_already_past_returns_at_once_with_the_time_limit_reason(solver)
     assert r.output.startswith("infeasible: no feasible plan found within the time limit of 1e-09 s"), r.output
 
 
+def test_with_a_framework_nothing_feasible_is_refused_for_its_cause_not_the_framework():
+    """--framework with nothing feasible before its rules are checked: the time limit's (or memory's)
+    refusal, as without a framework (it was 'framework: none of the 0 feasible plans is one megatron
+    can run')."""
+    with pytest.raises(NoFeasiblePlan) as info:
+        ps.search(model="deepseek-v3", gpu=["h100", "b200"], framework="megatron", time_limit_s=1e-9)
+    assert info.value.reason == "time_limit" and "passed before the first candidate" in str(info.value)
+    r = CliRunner().invoke(search_cli, ["--model", "deepseek-v3", "--gpu", "h100", "--framework", "megatron",
+                                        "--time-limit", "1e-9"])
+    assert r.exit_code == 3 and r.output.startswith("infeasible: no feasible plan found within the time limit")
+    with pytest.raises(NoFeasiblePlan) as info:
+        ps.search(model="deepseek-v3", gpu=["h100"], gpus=[8], framework="megatron")
+    assert info.value.reason == "memory" and "no plan fits in memory" in str(info.value)
+
+
 def test_exhaustive_front_stops_between_gpu_counts_with_the_counts_compared(monkeypatch):
     full = ps.search(**GPT, solver="exhaustive")
     assert sorted({p.num_gpus for p in full.front}) == [8, 16, 32, 64] and full.stats.proven_optimal

@@ -1443,7 +1443,7 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
         systems.append(System(k, c, sp, cols, counts))
     lo = req.min_gpus or 1
     ms = [masks(s.cols, s.space.x, req, lo, req.max_gpus) for s in systems]
-    if req.framework:
+    if req.framework and any(m["feasible"].any() for m in ms):  # else why nothing is feasible is not the framework
         systems, ms = restrict_to_framework(model, systems, ms, req, lo, deadline, enum_cut, hard_deadline)
     feasible = [m["feasible"] for m in ms]
     n_feas = int(sum(f.sum() for f in feasible))
