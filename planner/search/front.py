@@ -60,6 +60,7 @@ with a plain numpy skyline (:func:`exhaustive_front`) — the oracle the tests c
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, fields
@@ -571,6 +572,7 @@ def prune(t: Table, n_groups: int) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ CP-SAT
+@functools.cache  # looked up once: build_model, solver_parameters and _solve each ask, on every solve
 def _cpsat():
     """OR-Tools' CP-SAT without ``ortools.sat.python.cp_model``: that module imports pandas (~0.25 s
     of a 0.4 s import) for its DataFrame helpers, which the search does not use. The model is a
@@ -1395,8 +1397,8 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
                 raise InputError(f"precision: {req.framework} {caps.version} cannot train in {precision}; "
                                  f"use one of {', '.join(caps.precision)}")
         req = req.model_copy(update={"knobs": caps.knobs(req.knobs)})
-    # the search's phases (enumeration, evaluation, solve) stop at 85% of the limit: the rest is
-    # for the front's figures, the "memory binds" timing and the report, bounded by the limit itself
+    # the search's phases (enumeration, evaluation, framework checks, solve) stop at WORK_SHARE of the limit:
+    # the rest is for the front's figures, the "memory binds" timing and the report, bounded by the limit itself
     hard_deadline = t0 + req.time_limit_s
     deadline = t0 + WORK_SHARE * req.time_limit_s
     # enumeration and evaluation: the phases' share, half of it when the framework's rules are checked next
