@@ -290,18 +290,21 @@ def format_launch(launch) -> str:
     return "\n".join(lines)
 
 
-def _launch(framework: str | None, emit: bool, plan, model, cluster):
-    """Refuse a plan the framework cannot run (InputError naming the rule); the launch config with --emit."""
+def _as_run(framework: str | None, emit: bool, plan, model, cluster):
+    """(the plan ``framework`` runs, its launch config with --emit): the knobs left unset at the
+    framework's defaults, a plan it cannot run refused (InputError naming the rule):
+    :func:`plan_search.planner.frameworks.rules.as_run`, as ``plan_search.estimate`` prices it."""
     from plan_search.models.io import InputError
-    from plan_search.planner.frameworks import emit as emitters
-    from plan_search.planner.frameworks import rules as frameworks
 
     if emit and framework is None:
         raise InputError("emit: --emit needs --framework megatron|deepspeed|torchtitan|nemo")
     if framework is None:
-        return None
-    frameworks.require(framework, plan, model, cluster)
-    return emitters.emit(framework, plan, model, cluster) if emit else None
+        return plan, None
+    from plan_search.planner.frameworks import emit as emitters
+    from plan_search.planner.frameworks import rules as frameworks
+
+    plan = frameworks.as_run(framework, plan, model, cluster)
+    return plan, (emitters.emit(framework, plan, model, cluster) if emit else None)
 
 
 # ------------------------------------------------------------------ command
@@ -365,11 +368,7 @@ def main(model_ref: str, gpu_ref: str, num_gpus: int, dp: int | None, global_bat
         global_batch=global_batch if global_batch is not None else model.global_batch,
         seq_len=seq_len if seq_len is not None else model.seq_len, **knobs,
     )
-    if framework:  # the framework's defaults for the data-parallel knobs the user did not set (issue 12)
-        from plan_search.planner.frameworks.rules import with_defaults
-
-        plan = with_defaults(framework, plan)
-    launch = _launch(framework, emit, plan, model, cluster)
+    plan, launch = _as_run(framework, emit, plan, model, cluster)
     est = estimate(model, cluster, plan, memory_headroom=memory_headroom, tokens=tokens,
                    checkpoint_interval_h=checkpoint_interval_h)
     if fmt.lower() == "json":

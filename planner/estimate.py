@@ -2,10 +2,10 @@
 
 The cost model's :func:`plan_search.planner.costmodel.estimate.estimate`; when a framework is
 named, the plan is first what ``plan-estimate --framework`` prices: the knobs the caller left
-unset at that framework's defaults (:func:`plan_search.planner.frameworks.rules.with_defaults`:
-Megatron-Core's vocab-parallel loss for Megatron and NeMo, torchtitan's reshard-after-forward
-under FSDP2), and refused with the rule it breaks when the framework cannot run it
-(:func:`~plan_search.planner.frameworks.rules.require`). One plan, one figure, whichever
+unset at that framework's defaults (Megatron-Core's vocab-parallel loss for Megatron and NeMo,
+torchtitan's reshard-after-forward under FSDP2), and refused with the rule it breaks when the
+framework cannot run it (:func:`plan_search.planner.frameworks.rules.as_run`, which plan-estimate
+--framework calls too). One plan, one figure, whichever
 interface asks.
 """
 
@@ -25,8 +25,6 @@ def estimate(model, cluster, plan=None, *, framework: str | None = None, **kwarg
         fw = rules._known(framework)
 
         def as_run(plan, model_spec, cluster_spec):
-            plan = rules.with_defaults(fw, plan)
-            rules.require(fw, plan, model_spec, cluster_spec)
-            return plan
+            return rules.as_run(fw, plan, model_spec, cluster_spec)
 
     return _costmodel_estimate(model, cluster, plan, framework=framework, plan_defaults=as_run, **kwargs)

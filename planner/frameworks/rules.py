@@ -942,6 +942,16 @@ def with_defaults(framework: str, plan: Plan) -> Plan:
     return _rebuild(plan, **ch) if ch else plan
 
 
+def as_run(framework: str, plan: Plan, model: ModelSpec, cluster=None) -> Plan:
+    """The plan ``framework`` runs for ``plan``: the knobs its user left unset at the framework's
+    defaults (:func:`with_defaults`); :class:`InputError` naming the rule it breaks when the framework
+    cannot run it (:func:`require`). What plan-estimate --framework and ``plan_search.estimate(...,
+    framework=...)`` price."""
+    plan = with_defaults(framework, plan)
+    require(framework, plan, model, cluster)
+    return plan
+
+
 def runnable(framework: str, plan: Plan, model: ModelSpec, cluster=None) -> Optional[Plan]:
     """The conformed plan when the framework can run it, else None (for a search's candidates)."""
     p = conform(framework, plan, model.num_layers)
