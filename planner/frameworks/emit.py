@@ -136,7 +136,7 @@ def megatron_memory_args(p: Plan) -> list[str]:
     a = []
     if p.cross_entropy == "te":
         a += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"]
-    if p.adam_moments_dtype != "fp32" or p.master_weights == "bf16_remainder":
+    if fw.precision_aware_optimizer(p):
         a.append("--use-precision-aware-optimizer")
         if p.adam_moments_dtype != "fp32":
             a += ["--exp-avg-dtype", p.adam_moments_dtype, "--exp-avg-sq-dtype", p.adam_moments_dtype]
@@ -158,7 +158,7 @@ def _megatron_memory_knobs(ns, precision: str) -> dict:
         out["adam_moments_dtype"] = ea
         # Megatron-Core keeps bf16 remainders of the fp32 masters without an FP8 recipe or with delayed scaling
         # (store_param_remainders, default on: rules.MEMORY_KNOBS' sources)
-        out["master_weights"] = "bf16_remainder" if precision in ("bf16", "fp8", "fp8-delayed") else "fp32"
+        out["master_weights"] = "bf16_remainder" if precision in fw.MCORE_REMAINDER_PRECISIONS else "fp32"
     return out
 
 
@@ -838,7 +838,7 @@ def nemo_memory_overrides(p: Plan) -> dict:
     o: dict[str, Any] = {}
     if p.cross_entropy == "te":
         o.update({"model.config.cross_entropy_loss_fusion": True, "model.config.cross_entropy_fusion_impl": "te"})
-    if p.adam_moments_dtype != "fp32" or p.master_weights == "bf16_remainder":
+    if fw.precision_aware_optimizer(p):
         o.update({"optim.config.use_precision_aware_optimizer": True,
                   "optim.config.exp_avg_dtype": _TORCH_DTYPE[p.adam_moments_dtype],
                   "optim.config.exp_avg_sq_dtype": _TORCH_DTYPE[p.adam_moments_dtype],
@@ -1052,7 +1052,7 @@ def _notes(framework: str, p: Plan, m: ModelSpec) -> list[str]:
     elif framework == "nemo":
         n.append("apply to a pretraining recipe of the model's family, e.g. nemo llm pretrain --factory <recipe> "
                  "<overrides>; activation, norm, position embedding and tokenizer are the recipe's")
-        if p.adam_moments_dtype != "fp32" or p.master_weights == "bf16_remainder":
+        if fw.precision_aware_optimizer(p):
             n.append("optim.config.exp_avg_dtype/exp_avg_sq_dtype are torch dtypes: in Python, "
                      "recipe.optim.config.exp_avg_dtype = torch.bfloat16")
     return n

@@ -700,15 +700,25 @@ def _onoff(v) -> str:
     return ("on" if v else "off") if isinstance(v, bool) else str(v)
 
 
+#: Plan precisions under which Megatron-Core's precision-aware optimizer keeps bf16 remainders of the fp32
+#: master weights (store_param_remainders): no FP8 recipe, or delayed scaling (plan fp8 = delayed); sources: _MLM_OPT.
+MCORE_REMAINDER_PRECISIONS = ("bf16", "fp8", "fp8-delayed")
+
+
+def precision_aware_optimizer(p: Plan) -> bool:
+    """Whether the plan needs Megatron-Core's precision-aware optimizer: bf16 Adam moments or bf16 master
+    remainders (``--use-precision-aware-optimizer``, NeMo's ``optim.config.use_precision_aware_optimizer``)."""
+    return p.adam_moments_dtype != "fp32" or p.master_weights == "bf16_remainder"
+
+
 def _mcore_optimizer_precision(fw: str):
     """Megatron-Core's precision-aware optimizer (bf16 moments or bf16 master remainders): the distributed
     optimizer only; remainders only without an FP8 recipe or with delayed scaling, and Megatron-LM cannot turn
     them off there (no flag for store_param_remainders), so bf16 moments come with bf16 remainders."""
-    remainder_ok = ("bf16", "fp8", "fp8-delayed")  # no FP8 recipe, or delayed scaling (plan fp8 = delayed)
+    remainder_ok = MCORE_REMAINDER_PRECISIONS
 
     def test(p: Plan, m, c) -> Optional[str]:
-        aware = p.adam_moments_dtype != "fp32" or p.master_weights == "bf16_remainder"
-        if not aware:
+        if not precision_aware_optimizer(p):
             return None
         what = ", ".join(f"{k} {getattr(p, k)}" for k in ("adam_moments_dtype", "master_weights")
                          if getattr(p, k) != "fp32")
