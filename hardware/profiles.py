@@ -143,13 +143,17 @@ def profile_for(cluster: ClusterSpec, name: str) -> EfficiencySpec:
     return family_prior(cluster.efficiency, name)
 
 
-def file_efficiency(cluster: ClusterSpec) -> dict:
+def file_efficiency(cluster: ClusterSpec) -> dict[str, tuple]:
     """The efficiency terms ``cluster``'s own file sets explicitly (``hardware.resolve`` credits them
-    in ``sources`` as ``efficiency.<term>``), with their values."""
+    in ``sources`` as ``efficiency.<term>``): term -> (its value, the file that sets it)."""
     from plan_search.hardware.resolve import FILE_EFFICIENCY_PREFIX
 
-    names = [k[len(FILE_EFFICIENCY_PREFIX):] for k in cluster.sources if k.startswith(FILE_EFFICIENCY_PREFIX)]
-    return {n: getattr(cluster.efficiency, n) for n in names if n in EfficiencySpec.model_fields and n != "source"}
+    out = {}
+    for key, where in cluster.sources.items():
+        name = key[len(FILE_EFFICIENCY_PREFIX):]
+        if key.startswith(FILE_EFFICIENCY_PREFIX) and name in EfficiencySpec.model_fields and name != "source":
+            out[name] = (getattr(cluster.efficiency, name), where)
+    return out
 
 
 def for_framework(cluster: ClusterSpec, framework: str | None, compiled: bool = True) -> ClusterSpec:
@@ -163,9 +167,9 @@ def for_framework(cluster: ClusterSpec, framework: str | None, compiled: bool = 
     spec = profile_for(cluster, name)
     own = file_efficiency(cluster)
     if own:
-        kept = ", ".join(f"{k}={v}" for k, v in own.items())
-        where = sorted({cluster.sources[f"efficiency.{k}"] for k in own})
-        spec = spec.model_copy(update={**own, "source": (
+        kept = ", ".join(f"{k}={v}" for k, (v, _) in own.items())
+        where = sorted({w for _, w in own.values()})
+        spec = spec.model_copy(update={**{k: v for k, (v, _) in own.items()}, "source": (
             f"{kept} kept from {', '.join(where)} over the {name} profile (a cluster file's explicit value wins "
             f"over a framework default); the rest: {spec.source}")})
     return cluster.model_copy(update={"efficiency": spec})
