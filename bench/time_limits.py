@@ -23,18 +23,18 @@ from pathlib import Path
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent
-LIMITS = (0.01, 0.3, 1.0)
+LIMITS_S = (0.01, 0.3, 1.0)
 
 
 def _search(model: str, *extra: str):
-    return lambda limit: [str(BIN / "plan-search"), "--model", model, "--gpu", "h100", *extra, "--time-limit",
-                          f"{limit:g}"]
+    return lambda limit_s: [str(BIN / "plan-search"), "--model", model, "--gpu", "h100", *extra, "--time-limit",
+                            f"{limit_s:g}"]
 
 
-def _allocate(limit: float) -> list[str]:
+def _allocate(limit_s: float) -> list[str]:
     ex = ROOT / "docs" / "examples"
     return [str(BIN / "plan-allocate"), "--pool", str(ex / "pool.yaml"), "--jobs", str(ex / "jobs.yaml"),
-            "--time-limit", f"{limit:g}"]
+            "--time-limit", f"{limit_s:g}"]
 
 
 CASES = {
@@ -49,6 +49,7 @@ CASES = {
 
 
 def _run(cmd: list[str]) -> tuple[float, int]:
+    """(wall seconds, exit code) of one run."""
     t = time.perf_counter()
     r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     return time.perf_counter() - t, r.returncode
@@ -60,7 +61,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="the first two cases and the allocator only")
     args = ap.parse_args()
     cases = {k: v for i, (k, v) in enumerate(CASES.items()) if not args.quick or i < 2 or "allocate" in k}
-    limits = (1e-9,) + LIMITS
+    limits = (1e-9,) + LIMITS_S
     times = {(c, lim): [] for c in cases for lim in limits}
     codes = {}
     load = []
@@ -74,12 +75,12 @@ def main() -> None:
         load.append(os.getloadavg()[0])
     print(f"median wall time over {args.n} runs, seconds (load average {min(load):.1f}-{max(load):.1f}, "
           f"{os.cpu_count()} CPUs); fixed = the same command with --time-limit 1e-9; excess = wall - fixed - limit")
-    print(f"{'case':46s} {'fixed':>6s}" + "".join(f" {f'limit {lim:g}':>22s}" for lim in LIMITS))
+    print(f"{'case':46s} {'fixed':>6s}" + "".join(f" {f'limit {lim:g}':>22s}" for lim in LIMITS_S))
     worst = -1e9
     for c in cases:
         fixed = statistics.median(times[(c, 1e-9)])
         row = f"{c:46s} {fixed:6.2f}"
-        for lim in LIMITS:
+        for lim in LIMITS_S:
             w = statistics.median(times[(c, lim)])
             worst = max(worst, w - fixed - lim)
             row += f"  {w:5.2f} (exit {codes[(c, lim)]}, {w - fixed - lim:+.2f})"
