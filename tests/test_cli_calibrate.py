@@ -90,10 +90,28 @@ def test_fit_not_worse_than_before(fitted):
 
 
 def test_a_fit_that_raises_the_median_keeps_the_systems_terms(tmp_path):
-    """The fit minimises the squared log error; on these four rows that moves the catalog A100's
-    median |error| up (5.5% -> 6.1%), so the command keeps the catalog's terms and says so."""
+    """The fit minimises the squared log error, which can move the median |error| up: here three of
+    the four A100 rows measure exactly the catalog's prediction and the fourth 30% more, so any move
+    of the terms towards the fourth row takes the median off 0%. The command keeps the catalog's terms
+    and says so. (The four rows of SMALL did this by themselves while 35503fd priced the pipeline;
+    since its revert, 4bb9eab, their fit lowers the median: the rows are made here, not found.)"""
+    import csv
+
+    records = load_runs(SMALL, gpu="a100")
+    predicted = [predict(x, get_cluster("a100")).predicted_step_s for x in records]
+    with SMALL.open(newline="") as fh:
+        rows = [row for row in csv.DictReader(fh) if row["gpu"].startswith("A100")]
+    assert len(rows) == len(predicted) == 4
+    for row, step_s, factor in zip(rows, predicted, (1.0, 1.0, 1.0, 1.3)):
+        row.update(measured_step_time_s=repr(step_s * factor), measured_tflops_per_gpu="", measured_mfu="",
+                   measured_tokens_per_s_per_gpu="")
+    runs = tmp_path / "three-exact.csv"
+    with runs.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
     out = tmp_path / "kept.yaml"
-    r = invoke(calibrate, SMALL, "--gpu", "a100", "-o", out, "--iters", ITERS)
+    r = invoke(calibrate, runs, "--gpu", "a100", "-o", out, "--iters", ITERS)
     _no_traceback(r)
     assert r.exit_code == 0, r.output
     before, after = _medians(r.stdout)
