@@ -370,6 +370,10 @@ def _row_candidates(row: dict, model: ModelSpec, group: str, gpu: str, n: int, m
             kw = dict(first_stage_layers=f, last_stage_layers=la) if f is not None else {}
             kw["pp_schedule"] = (rec or {}).get("pp_schedule", "1f1b")
             kw.update(mem_kw)
+            # NeMo AutoModel's DeepEP experts (flex) clamp inside the torch.compile'd activation
+            # (Automodel@34f73e9 components/moe/layers.py quick_geglu_deepep); Megatron-Core clamps
+            # in eager passes before its fused activation (experts.CLAMP_FWD_BYTES).
+            kw["act_clamp_fused"] = group == "nemo-automodel" and disp == "flex"
             try:
                 plan = Plan(num_gpus=n, tp=tp, pp=pp, cp=cp, vpp=v, micro_batch=b, global_batch=gb, seq_len=seq,
                             recompute=r, zero=zero, precision=precision, sequence_parallel=tp > 1,

@@ -43,7 +43,8 @@ MoE (Llama 4)       num_local_experts, num_experts_per_tok, intermediate_size (r
                     shared expert), intermediate_size_mlp (dense layers), moe_layers else
                     interleave_moe_layer_step (layers step-1, 2*step-1, ...)
 MoE (GPT-OSS)       num_local_experts, num_experts_per_tok / experts_per_token, intermediate_size;
-                    router and expert biases, attention sinks (family gpt_oss)
+                    router and expert biases, attention sinks (family gpt_oss), swiglu_limit
+                    (clamped gated activation)
 MoE (Qwen2-MoE)     shared_expert_gate (one ``h -> 1`` gate on the shared expert)
 MLA (DeepSeek-V2/   q_lora_rank (null = full-rank Q), kv_lora_rank, qk_rope_head_dim,
 V3, Kimi-K2)        qk_nope_head_dim, v_head_dim; head_dim = nope + rope, kv heads = heads
@@ -489,6 +490,11 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
     if family in SINK_FAMILIES:
         fields["attention_sinks"] = True
         fields["bias"] = True if mlp_bias is None else mlp_bias  # GptOssExperts carry biases
+        limit = cfg.get("swiglu_limit")  # GptOssExperts clamps gate/up at swiglu_limit (7.0)
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0:
+                raise InputError(f"{where}: swiglu_limit: {limit!r} is not a positive number; fix the config")
+            fields["activation_clamp"] = float(limit)
     if family.startswith("llama4"):  # dense layers use intermediate_size_mlp
         fields["ffn_hidden_size"] = _int(cfg, ("intermediate_size_mlp",), where, required=False) or ffn
     fields.update(_window_fields(cfg, family, layers, seq_len, where))

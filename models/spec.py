@@ -127,6 +127,10 @@ class ModelSpec(NoBoolNumbers):
     )
     qk_norm: bool = Field(default=False, description="per-head RMSNorm of queries and keys (Qwen3): 2*head_dim params/layer")
     attention_sinks: bool = Field(default=False, description="one learned sink logit per head (GPT-OSS): a params/layer")
+    activation_clamp: float | None = Field(
+        default=None, gt=0, le=1e6,
+        description="gated activation clamp (GPT-OSS swiglu_limit 7.0): gate <= limit, linear in [-limit, limit]; None = no clamp",
+    )
     attention_window: int | None = Field(
         default=None, gt=0, le=100_000_000, description="local attention span in tokens; None = full attention everywhere"
     )
@@ -249,6 +253,11 @@ class ModelSpec(NoBoolNumbers):
                     f"num_kv_heads: {self.num_kv_heads}; multi-head latent attention decompresses one key/value "
                     f"per query head, so num_kv_heads must equal num_heads {self.num_heads}"
                 )
+        if self.activation_clamp is not None and self.activation not in GATED_ACTIVATIONS:
+            raise ValueError(
+                f"activation_clamp: set only with a gated activation ({', '.join(GATED_ACTIVATIONS)}), "
+                f"not {self.activation}"
+            )
         if self.attention_window is None:
             if self.global_attention_every:
                 raise ValueError("global_attention_every: set only together with attention_window")

@@ -321,6 +321,44 @@ def expert_cast_bytes(model: ModelSpec, x: PlanArrays):
     return lowp * (c_f * fwd + c_b * bwd) / 3.0
 
 
+#: Bytes per routed row and expert-FFN column (``fe``) that a clamped gated activation
+#: (``activation_clamp``, GPT-OSS ``swiglu_limit``) adds, bf16 (2 B), forward / backward.
+#: Megatron-Core's ``weighted_bias_quick_geglu_impl`` (megatron/core/fusions/fused_bias_geglu.py,
+#: identical at core_r0.15.0, core_r0.16.0, core_r0.17.0 and core_r0.18.0: NeMo 25.11-26.06) clamps in
+#: eager PyTorch *before* its ``jit_fuser`` kernel: ``chunk`` into gate and linear halves, one
+#: ``clamp`` on each (read fe, write fe), ``torch.cat`` back (read 2fe, write 2fe): 8 fe elements,
+#: 16 B. Its autograd backward: each ``clamp`` reads the gradient and its saved input and writes
+#: the gradient (3 fe each half), and ``chunk``'s backward concatenates the two halves (read 2fe,
+#: write 2fe): 10 fe elements, 20 B. GPT-OSS runs this path in Megatron-Bridge's gpt_oss
+#: provider/bridge (``bias_activation_fusion=True``, ``activation_func=quick_gelu``,
+#: ``activation_func_clamp_value=7.0``, ``use_te_activation_func`` unset; Megatron-Bridge r0.2.0
+#: models/gpt_oss/gpt_oss_provider.py, r0.3.0-r0.5.0 gpt_oss_bridge.py), moe/experts.py
+#: ``TEGroupedMLP.bias_act_func``. Selective ``moe_act`` recomputation re-runs the forward part.
+#: Other GPT-OSS mechanisms read and left as they are: attention with sinks runs fused (TE
+#: >= 2.8 passes ``softmax_type`` to cuDNN, Megatron-LM core_r0.15.0+ extensions/transformer_engine.py;
+#: TransformerEngine v2.9 common/fused_attn/fused_attn.cpp accepts learnable softmax with sliding
+#: window (left, 0) from cuDNN 9.13.1, and NeMo 25.11-26.06 ship TE 2.9-2.16 with cuDNN 9.13.1-9.21:
+#: F16_arbitrary_seqlen, no unfused s x s fallback); whether cuDNN skips the masked blocks of the
+#: window is not in any source read (closed kernel), so attention stays window-aware as counted.
+CLAMP_FWD_BYTES = 16.0
+CLAMP_BWD_BYTES = 20.0
+#: Bytes per routed row and ``fe`` column the clamps keep for their backward (``clamp`` saves its
+#: input: the two bf16 halves of the fc1 output), unless ``moe_act`` recomputation drops them.
+CLAMP_SAVED_BYTES = 2.0 * 2.0
+
+
+def clamp_bytes(model: ModelSpec, x: PlanArrays, rows, width) -> tuple:
+    """(forward, backward) bytes the activation clamp adds over ``rows`` routed rows of ``width``
+    expert-FFN columns (:data:`CLAMP_FWD_BYTES`, :data:`CLAMP_BWD_BYTES`); zero without a clamp or
+    where the plan fuses it (``act_clamp_fused``: NeMo AutoModel@34f73e9
+    nemo_automodel/components/moe/layers.py ``quick_geglu_deepep``, clamp and activation in one
+    ``@torch.compile`` function)."""
+    if model.activation_clamp is None:
+        return 0.0, 0.0
+    on = np.where(x.clamp_fused, 0.0, 1.0) * width * rows
+    return CLAMP_FWD_BYTES * on, CLAMP_BWD_BYTES * on
+
+
 def _act_bytes(model: ModelSpec, rows, width):
     """Activation function bytes (read, write; gated reads two inputs), as in :mod:`compute`."""
     return (6 if model.gated else 4) * width * rows
@@ -377,9 +415,11 @@ def moe_layer_times(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> di
     mem = mem + _act_bytes(m, rows, fe) + (_act_bytes(m, T, shared_w / t) if shared_w else 0.0)
     mem = mem - _act_bytes(m, T, m.ffn_hidden_size / t) + expert_cast_bytes(m, x)
     comp_f = routed + shared + router - dense_mlp
+    clamp_f, clamp_b = clamp_bytes(m, x, rows, fe)
     mem_f = compute.hbm_s(mem, cluster)
-    return {"compute_fwd_s": comp_f, "compute_bwd_s": 2.0 * comp_f, "membound_fwd_s": mem_f,
-            "membound_bwd_s": 2.0 * mem_f}
+    return {"compute_fwd_s": comp_f, "compute_bwd_s": 2.0 * comp_f,
+            "membound_fwd_s": mem_f + compute.hbm_s(clamp_f, cluster),
+            "membound_bwd_s": 2.0 * mem_f + compute.hbm_s(clamp_b, cluster)}
 
 
 # ------------------------------------------------------------------ activation memory
@@ -424,6 +464,9 @@ def moe_activation_delta_per_layer(model: ModelSpec, x: PlanArrays):
     Tl = moe_tokens(x)
     keep_act_out = np.where(moe_selective(m, x), 0.0, 1.0)  # moe_act recomputed under selective
     routed = rows * (m.hidden_size * gemm_in + act_in * fe + fe * gemm_in * keep_act_out)
+    if m.activation_clamp is not None:  # the eager clamps keep their input, the bf16 fc1 output (2 x fe x 2 B),
+        # beside the fused activation's saved (clamped, concatenated) input: CLAMP_FWD_BYTES' passes
+        routed = routed + rows * CLAMP_SAVED_BYTES * fe * keep_act_out * np.where(x.clamp_fused, 0.0, 1.0)
     router = Tl * m.num_experts * 4.0 * 2  # fp32 scores and probabilities
     weights = 4.0 * rows  # fp32 routing weight per routed row
     sw = m.num_shared_experts * (m.shared_expert_ffn_hidden_size or 0)
@@ -482,7 +525,8 @@ def selective_recompute_fwd_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArr
     per_moe = 0.0
     if m.is_moe:
         fe = m.expert_ffn_hidden_size / x.etp
-        per_moe = compute.hbm_s(_act_bytes(m, routed_rows(m, x), fe), cluster)
+        rows = routed_rows(m, x)
+        per_moe = compute.hbm_s(_act_bytes(m, rows, fe) + clamp_bytes(m, x, rows, fe)[0], cluster)
     return np.where(sel, per_layer, 0.0), np.where(sel, per_moe, 0.0)
 
 

@@ -186,6 +186,11 @@ class Plan(NoBoolNumbers):
         default=False, description="the gated MLPs' activation (SwiGLU) inputs kept for the backward as FP8, 1 B "
         "instead of 2 B per element, in dense, shared and routed experts' MLPs (Megatron-Core "
         "activation_func_fp8_input_store; DeepSeek-V3 report Sec. 3.3.3); no effect on ungated MLPs")
+    act_clamp_fused: bool = Field(
+        default=False, description="a clamped gated activation (model activation_clamp, GPT-OSS) clamps inside "
+        "the fused activation kernel (NeMo AutoModel's torch.compile'd quick_geglu_deepep) instead of eager "
+        "chunk/clamp/cat passes before it (Megatron-Core weighted_bias_quick_geglu_impl: +16 B forward, "
+        "+20 B backward per routed row and expert-FFN column); no effect without activation_clamp")
     cross_entropy: Literal["pytorch", "pytorch_bf16", "megatron", "te"] = Field(
         default="pytorch", description="loss implementation, bytes per logit at the loss: pytorch (unfused "
         "cross_entropy on fp32 logits, torchtitan's: 4 stored + 8 at its backward), pytorch_bf16 (the same on "
