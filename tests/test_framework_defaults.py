@@ -126,7 +126,8 @@ def test_megatron_flags_for_the_memory_knobs_round_trip():
 def test_nemo_overrides_for_the_memory_knobs_round_trip():
     m = get_model("llama3.1-70b")
     p = ps.Plan(num_gpus=256, tp=8, pp=4, zero=1, micro_batch=1, global_batch=512, seq_len=8192, cross_entropy="te",
-                adam_moments_dtype="bf16", act_fp8_input_store=True)  # fp32 masters: store_param_remainders off
+                adam_moments_dtype="bf16", act_fp8_input_store=True,
+                master_weights="fp32")  # fp32 masters named: store_param_remainders off
     o = E.to_nemo_overrides(p, m)
     assert o["model.config.cross_entropy_fusion_impl"] == "te" and o["model.config.cross_entropy_loss_fusion"]
     assert o["optim.config.use_precision_aware_optimizer"] and o["optim.config.exp_avg_dtype"] == "torch.bfloat16"
@@ -138,7 +139,8 @@ def test_nemo_overrides_for_the_memory_knobs_round_trip():
     ("megatron", "--cross-entropy", "pytorch", "megatron-cross-entropy"),
     ("megatron", "--master-weights", "none", "megatron-master-weights"),
     ("megatron", "--act-fp8-input-store", None, "megatron-act-fp8-input-store"),
-    ("megatron", "--adam-moments-dtype", "bf16", "megatron-optimizer-precision"),  # bf16 masters come with it
+    # bf16 masters come with bf16 moments (the default then); fp32 masters named with them are refused
+    ("megatron", "--adam-moments-dtype", "bf16 --master-weights fp32", "megatron-optimizer-precision"),
     ("torchtitan", "--cross-entropy", "te", "torchtitan-cross-entropy"),
     ("torchtitan", "--cross-entropy", "pytorch_bf16", "torchtitan-cross-entropy"),
     ("torchtitan", "--adam-moments-dtype", "bf16", "torchtitan-adam-moments-dtype"),
@@ -152,7 +154,7 @@ def test_a_knob_value_the_framework_cannot_run_is_refused_with_its_rule(framewor
         args[args.index("--zero") + 1] = "3"
     if framework == "deepspeed":
         args.append("--no-sequence-parallel")
-    code, out = _cli(*args, option, *([value] if value else []), "--emit")
+    code, out = _cli(*args, option, *(value.split() if value else []), "--emit")
     assert code == 2 and out.startswith(f"error: {framework}: {rule}: ") and out.count("\n") == 1, out
     r = next(r for r in F.rules(framework) if r.id == rule)
     assert "@" in r.source  # repo@commit path
@@ -217,3 +219,26 @@ def test_the_api_and_the_cli_price_a_framework_named_plan_alike():
         ps.estimate("llama3.1-8b", H100, framework="torchtitan", recompute="full", **{**ONE_STAGE, "zero": 1, "tp": 4})
     code, out = _cli(*ONE_STAGE_ARGS, "--recompute", "full", "--zero", "1", "--tp", "4", "--framework", "torchtitan")
     assert code == 2 and "torchtitan-zero12" in out
+
+
+def test_bf16_moments_under_megatron_core_keep_bf16_master_remainders_by_default():
+    """bf16 Adam moments turn on Megatron-Core's precision-aware optimizer, whose store_param_remainders
+    defaults to True: on bf16 (and FP8 delayed) the master weights are bf16 remainders unless the plan says
+    otherwise; under FP8 current scaling they stay fp32. The search asked for bf16 moments finds plans (it
+    found none: every candidate kept fp32 masters, which Megatron-LM cannot run with bf16 moments there)."""
+    kw = dict(model="llama3.1-8b", gpu=[H100], gpus=[8], tokens=1e10)
+    for fw in ("megatron", "nemo"):
+        rec = ps.search(**kw, framework=fw, knobs={"adam_moments_dtype": ["bf16"]}).recommended.plan
+        assert (rec.adam_moments_dtype, rec.master_weights) == ("bf16", "bf16_remainder"), fw
+    one = dict(num_gpus=8, tp=1, zero=1, global_batch=8, seq_len=4096, recompute="full", adam_moments_dtype="bf16")
+    bf16 = ps.estimate("llama3.1-8b", H100, framework="megatron", **one)
+    assert bf16.plan.master_weights == "bf16_remainder"
+    fp32_masters = ps.estimate("llama3.1-8b", H100, framework="nemo", master_weights="fp32", **one)
+    assert fp32_masters.plan.master_weights == "fp32"  # NeMo can turn the remainders off
+    assert fp32_masters.memory.peak_gib > bf16.memory.peak_gib
+    fp8cs = ps.estimate("llama3.1-8b", H100, framework="megatron", precision="fp8-current", **one)
+    assert fp8cs.plan.master_weights == "fp32"
+    code, out = _cli(*ONE_STAGE_ARGS, "--framework", "megatron", "--adam-moments-dtype", "bf16", "--format", "json")
+    import json
+
+    assert json.loads(out)["plan"]["master_weights"] == "bf16_remainder"

@@ -761,16 +761,25 @@ def _memory_rules(fw: str) -> list[Rule]:
     return out
 
 
-def memory_defaults(framework: str) -> dict:
-    """The memory knobs' values the framework runs when the user sets none (the first of :data:`MEMORY_KNOBS`)."""
-    return {k: v[0] for k, v in MEMORY_KNOBS[_known(framework)].items()}
+def memory_defaults(framework: str, plan: Plan | None = None) -> dict:
+    """The memory knobs' values the framework runs when the user sets none (the first of :data:`MEMORY_KNOBS`);
+    with ``plan``, what it runs for that plan: under Megatron-Core (Megatron-LM, NeMo) bf16 Adam moments turn on
+    the precision-aware optimizer, whose ``store_param_remainders`` defaults to True, so on a recipe that keeps
+    remainders (:data:`MCORE_REMAINDER_PRECISIONS`) the master weights are bf16 remainders unless the plan
+    says otherwise (sources: _MLM_OPT)."""
+    fw = _known(framework)
+    out = {k: v[0] for k, v in MEMORY_KNOBS[fw].items()}
+    if (plan is not None and fw in ("megatron", "nemo") and plan.adam_moments_dtype != "fp32"
+            and plan.precision in MCORE_REMAINDER_PRECISIONS):
+        out["master_weights"] = "bf16_remainder"
+    return out
 
 
 def with_memory_defaults(framework: str, plan: Plan) -> Plan:
     """The plan with the memory knobs it leaves unset (not in ``plan.model_fields_set``) at the framework's
     defaults: a plan that does not say which loss it computes runs the framework's (Megatron-Core's
     vocab-parallel cross entropy under Megatron and NeMo, not the Plan's PyTorch default, its upper bound)."""
-    ch = {k: v for k, v in memory_defaults(framework).items()
+    ch = {k: v for k, v in memory_defaults(framework, plan).items()
           if k not in plan.model_fields_set and getattr(plan, k) != v}
     return _rebuild(plan, **ch)
 
@@ -947,7 +956,7 @@ def with_defaults(framework: str, plan: Plan) -> Plan:
         ch["reshard_after_forward"] = plan.pp == 1
     # the memory knobs at the framework's own defaults (MEMORY_KNOBS: Megatron-Core's vocab-parallel loss, not
     # the Plan's PyTorch one, which is the upper bound)
-    ch.update({k: v for k, v in memory_defaults(fw).items() if k not in plan.model_fields_set})
+    ch.update({k: v for k, v in memory_defaults(fw, plan).items() if k not in plan.model_fields_set})
     ch = {k: v for k, v in ch.items() if getattr(plan, k) != v}
     return _rebuild(plan, **ch) if ch else plan
 
@@ -1014,6 +1023,11 @@ class Capabilities:
             given = getattr(k, name, None)
             if given is None:
                 upd[name] = [ok[0]]
+                if (name == "master_weights" and "bf16_remainder" in ok
+                        and any(v != "fp32" for v in (getattr(k, "adam_moments_dtype", None) or ()))):
+                    # bf16 moments asked for: Megatron-Core keeps bf16 remainders where its recipe allows
+                    # (memory_defaults); the rules keep each plan's one valid value
+                    upd[name] = [ok[0], "bf16_remainder"]
                 continue
             keep = [v for v in given if v in ok]
             if not keep:
