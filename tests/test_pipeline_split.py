@@ -184,3 +184,30 @@ def test_search_offers_ends_one_layer_apart():
                   objective="fastest")
     ends = {(p.plan.first_stage_layers, p.plan.last_stage_layers) for p in r.front}
     assert ends and ends <= {(19, 18), (18, 19)}
+
+
+@pytest.mark.parametrize("ends, named", [
+    (("--first-stage-layers", 59), "first_stage_layers: 59 leaves fewer than one layer"),  # was priced [59, 1, 1, 0]
+    (("--last-stage-layers", 59), "last_stage_layers: 59 leaves fewer than one layer"),  # was [0, 1, 1, 59]
+    (("--first-stage-layers", 61, "--last-stage-layers", 1), "first_stage_layers + last_stage_layers: 61 + 1"),
+])
+def test_given_end_stage_leaving_a_stage_empty_is_refused(ends, named):
+    """Review (issue 13): an end stage so large that another stage gets no layer exits 2 with one line
+    naming the knob and the most it may hold (58 at pp 4 of 61 layers), in plan-estimate and the API;
+    the search, which probes splits with the same check, no longer builds a Plan with a 0-layer end."""
+    from plan_search.cli.estimate import main
+    from plan_search.cli.search import main as search_main
+    from plan_search.models.io import InputError
+
+    r = _cli(main, "--model", "deepseek-v3", "--gpu", "h100", "--gpus", 512, "--tp", 2, "--pp", 4, "--ep", 8, *ends)
+    assert r.exit_code == 2 and named in r.output and "or lower pp" in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
+    kw = {ends[i].lstrip("-").replace("-", "_"): ends[i + 1] for i in range(0, len(ends), 2)}
+    with pytest.raises(InputError, match=named.replace("+", r"\+")):
+        ps.estimate("deepseek-v3", "h100", num_gpus=512, tp=2, pp=4, ep=8, **kw)
+    ok = ps.estimate("deepseek-v3", "h100", num_gpus=512, tp=2, pp=4, ep=8, first_stage_layers=58)
+    assert ok.plan.split(61) == [58, 1, 1, 1]
+    # qwen3-30b-a3b (48 layers): first 46 at pp 4 gave "last_stage_layers: Input should be greater than 0"
+    r = _cli(search_main, "--model", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", 64, "--pp", 4,
+             "--first-stage-layers", 46, "--time-limit", 10)
+    assert r.exit_code == 2 and "first_stage_layers: no pipeline split of 48 layers" in r.output, r.output

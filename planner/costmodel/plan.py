@@ -411,6 +411,21 @@ class Plan(NoBoolNumbers):
                 f"cannot be cut into vpp {self.vpp} equal chunks per stage; use vpp 1, a pp dividing {l}, or "
                 "account_for_embedding/loss_in_pipeline_split"
             )
+        if self.pp > 1 and not acct and uneven:
+            # Every stage holds at least one layer: the given ends leave at least one layer to each
+            # other stage (then stage_layers sizes none of them 0; first 59 of 61 at pp 4 was priced
+            # as [59, 1, 1, 0], and the search built a Plan with last_stage_layers 0 from it).
+            given = {k: v for k, v in (("first_stage_layers", self.first_stage_layers),
+                                       ("last_stage_layers", self.last_stage_layers)) if v is not None}
+            others = self.pp - len(given)
+            if others and sum(given.values()) > l - others:
+                names = " + ".join(given)
+                raise InputError(
+                    f"{names}: {' + '.join(str(v) for v in given.values())} "
+                    f"{'leave' if len(given) == 2 else 'leaves'} fewer than one layer for each of "
+                    f"the other {others} pipeline stage(s) (num_layers {l}, pp {self.pp}); give at most "
+                    f"{l - others}{' together' if len(given) == 2 else ''}, or lower pp"
+                )
         if self.pp > 1 and not acct:
             f, mid, la = self.stage_layers(l)
             middle_total = l - f - la if self.pp > 2 else 0
