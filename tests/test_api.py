@@ -427,3 +427,24 @@ def test_estimate_refuses_a_field_given_twice():
         planner.estimate("gpt3-175b", "a100-80gb", {"num_gpus": 1024, "tp": 2, "pp": 8}, tp=4)
     e = planner.estimate("gpt3-175b", "a100-80gb", {"num_gpus": 1024, "pp": 8}, tp=4)
     assert e.plan.tp == 4 and e.plan.pp == 8
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"ep": [3.5]}, "request: ep.0: Input should be a valid integer (got 3.5)"),
+        ({"moe_imbalance": float("nan")}, "request: moe_imbalance.0: Input should be a finite number (got nan)"),
+        ({"pp": [3], "pp_schedule": "dualpipe"}, "request: knobs: pp_schedule: dualpipe needs an even pp"),
+        ({"gpus": ["64"]}, "request: gpus.0: Input should be a valid integer (got '64')"),
+    ],
+)
+def test_search_bad_fields_are_one_input_error_line(fields, message):
+    """Review (issue 13): search() given a dict or keyword fields raised pydantic's multi-line
+    ValidationError (with its URL) for a bad MoE knob; it is one InputError line naming the field,
+    as estimate()'s and the CLI's."""
+    from plan_search.models.io import InputError
+
+    with pytest.raises(InputError) as exc:
+        planner.search(model="mixtral-8x7b", gpu="h100", **{"gpus": [64], **fields})
+    text = str(exc.value)
+    assert text.startswith(message) and "\n" not in text and "errors.pydantic.dev" not in text

@@ -1387,7 +1387,17 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
         request = {**base, **fields}
     if request is None:
         raise InputError("search: give a request (SearchRequest or dict) or its fields as keyword arguments")
-    req = request if isinstance(request, SearchRequest) else SearchRequest.model_validate(request)
+    if isinstance(request, SearchRequest):
+        req = request
+    else:  # bad fields are one line, as plan_search.estimate's and the CLI's (was pydantic's multi-line error)
+        from pydantic import ValidationError
+
+        from plan_search.models.io import validation_message
+
+        try:
+            req = SearchRequest.model_validate(request)
+        except ValidationError as exc:
+            raise InputError(f"request: {validation_message(exc)}") from None
     if req.framework:
         from plan_search.planner.frameworks.rules import allowed
 
