@@ -62,7 +62,11 @@ MTP                 num_nextn_predict_layers
 
 Not modelled (raises :class:`~models.io.InputError`): OPT's ``word_embed_proj_dim != hidden_size``
 projection; MoE layer patterns that are not "the first ``n`` layers dense, then every ``k``-th
-layer MoE"; local/global attention patterns that are not "every ``n``-th layer global".
+layer MoE"; local/global attention patterns that are not "every ``n``-th layer global". Refused
+as malformed: experts declared but no MoE layer selected (``first_k_dense_replace`` past the layers,
+a step larger than them, ``moe_layers: []``), a step or pattern length of 0, counts that are not
+non-negative integers (``n_shared_experts: false``), DeepSeek/Kimi configs without ``kv_lora_rank``.
+A value the spec refuses is named by its config key first (``num_experts_per_tok (experts_per_token)``).
 Small extras are ignored: BLOOM's embedding LayerNorm, the o_proj bias of configs with
 ``attention_bias`` but no MLP bias, vision towers of multimodal configs (the text model under
 ``text_config`` is read).
@@ -123,6 +127,40 @@ _DROPOUT_KEYS = (
 )
 
 
+# The config keys each spec field is read from (first present wins, as when reading), so that a
+# value the spec refuses is named by the key to fix: "num_experts_per_tok (experts_per_token): ...".
+_SPEC_KEYS: dict[str, tuple[str, ...]] = {
+    "num_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
+    "hidden_size": ("hidden_size", "n_embd", "d_model", "n_embed"),
+    "num_heads": ("num_attention_heads", "n_head", "num_heads"),
+    "num_kv_heads": ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num"),
+    "head_dim": ("head_dim", "kv_channels"),
+    "ffn_hidden_size": ("intermediate_size_mlp", "intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size"),
+    "vocab_size": ("vocab_size", "padded_vocab_size"),
+    "seq_len": ("max_position_embeddings", "n_positions", "seq_length", "max_sequence_length"),
+    "num_experts": ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"),
+    "experts_per_token": ("num_experts_per_tok", "experts_per_token", "moe_top_k", "top_k"),
+    "expert_ffn_hidden_size": ("moe_intermediate_size", "intermediate_size"),
+    "num_shared_experts": ("n_shared_experts", "shared_expert_intermediate_size"),
+    "shared_expert_ffn_hidden_size": ("shared_expert_intermediate_size", "moe_intermediate_size", "intermediate_size"),
+    "router_num_groups": ("n_group",),
+    "router_group_topk": ("topk_group",),
+    "mtp_num_layers": ("num_nextn_predict_layers",),
+    "attention_window": ("sliding_window", "attention_chunk_size"),
+    "activation_clamp": ("swiglu_limit",),
+}
+
+
+def _spec_message(message: str, cfg: dict[str, Any], where: str) -> str:
+    """``where: field: ...`` of a refused spec with the config key it came from named first."""
+    head = f"{where}: "
+    rest = message.removeprefix(head)
+    field, sep, tail = rest.partition(":")
+    keys = _SPEC_KEYS.get(field.split(".")[0], ()) if sep else ()
+    key = next((k for k in keys if cfg.get(k) is not None), None)
+    return f"{head}{key} ({field}):{tail}" if key and key != field else message
+
+
 def _where(name: str) -> str:
     return f"hf config {name}"
 
@@ -155,6 +193,27 @@ def _int(cfg, keys, where, required=True, what=""):
             raise InputError(f"{where}: missing {keys[0]}{others}{': ' + what if what else ''}")
         return None
     return _as_int(value, key, where)
+
+
+def _count(cfg: dict[str, Any], key: str, where: str) -> int:
+    """An optional count where absent, null or 0 means none (shared experts, dense layers, MTP
+    depths): a non-negative integer, anything else (false, [], "", 1.5, -1) an error naming ``key``."""
+    value = cfg.get(key)
+    if value is None or (value == 0 and not isinstance(value, bool) and isinstance(value, (int, float))):
+        return 0
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+        raise InputError(f"{where}: {key} must be a non-negative integer (got {short_repr(value)})")
+    try:
+        return _as_int(value, key, where)
+    except InputError:
+        raise InputError(f"{where}: {key} must be a non-negative integer (got {short_repr(value)})") from None
+
+
+def _step(cfg: dict[str, Any], key: str, default: int, where: str) -> int:
+    """A positive layer step or pattern length (``moe_layer_freq``, ``decoder_sparse_step`` ...):
+    ``default`` when absent or null; 0 is an error (HF divides by it), as is any non-integer."""
+    value = cfg.get(key)
+    return default if value is None else _as_int(value, key, where)
 
 
 def _text(value: Any, key: str | None, where: str) -> str:
@@ -199,23 +258,24 @@ def _layer_list(cfg: dict[str, Any], key: str, num_layers: int, where: str) -> l
     return only
 
 
-def _sparse_layers(cfg: dict[str, Any], family: str, num_layers: int, where: str) -> list[int]:
-    """Indices of the MoE layers by the config's own rule."""
-    if cfg.get("n_routed_experts") is not None:  # DeepSeek (HF DeepseekV3DecoderLayer)
-        first = cfg.get("first_k_dense_replace") or 0
-        freq = cfg.get("moe_layer_freq") or 1
-        first = _as_int(first, "first_k_dense_replace", where) if first else 0
-        freq = _as_int(freq, "moe_layer_freq", where)
+def _sparse_layers(cfg: dict[str, Any], family: str, num_layers: int, where: str, deepseek: bool) -> list[int]:
+    """Indices of the MoE layers by the config's own rule (``deepseek``: DeepSeek-style experts)."""
+    if deepseek:  # HF DeepseekV3DecoderLayer
+        first = _count(cfg, "first_k_dense_replace", where)
+        freq = _step(cfg, "moe_layer_freq", 1, where)
+        if first > num_layers:
+            raise InputError(f"{where}: first_k_dense_replace: {first} exceeds num_hidden_layers {num_layers}; "
+                             "give at most the number of layers")
         return [i for i in range(num_layers) if i >= first and i % freq == 0]
     if family.startswith("llama4") or "interleave_moe_layer_step" in cfg:
         # HF Llama4TextConfig: moe_layers, else range(step - 1, num_layers, step).
         listed = _layer_list(cfg, "moe_layers", num_layers, where)
         if listed is not None:
             return sorted({i for i in listed if 0 <= i < num_layers})
-        step = _as_int(cfg.get("interleave_moe_layer_step") or 1, "interleave_moe_layer_step", where)
+        step = _step(cfg, "interleave_moe_layer_step", 1, where)
         return list(range(step - 1, num_layers, step))
     if family.startswith("qwen") or "decoder_sparse_step" in cfg or "mlp_only_layers" in cfg:
-        step = _as_int(cfg.get("decoder_sparse_step") or 1, "decoder_sparse_step", where)
+        step = _step(cfg, "decoder_sparse_step", 1, where)
         skip = set(_layer_list(cfg, "mlp_only_layers", num_layers, where) or [])  # a set: the list can be long
         return [i for i in range(num_layers) if i not in skip and (i + 1) % step == 0]
     return list(range(num_layers))  # Mixtral / GPT-OSS style: every layer
@@ -239,9 +299,12 @@ def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, ffn: int, whe
     key, experts = _get(cfg, ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"))
     if key is None:
         return {}
-    experts = _as_int(experts, key, where) if experts else 0
+    experts = _count(cfg, key, where)
     if experts <= 1:
         return {}
+    # DeepSeek-style keys by the family, or by the experts' own key (a stray n_routed_experts in a
+    # Llama 4 config, whose num_local_experts wins, does not make its layer pattern DeepSeek's)
+    deepseek = family in DEEPSEEK_FAMILIES or key == "n_routed_experts"
     k = _int(cfg, ("num_experts_per_tok", "experts_per_token", "moe_top_k", "top_k"), where,
              what="experts used per token")
     llama4 = family.startswith("llama4")
@@ -254,20 +317,19 @@ def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, ffn: int, whe
         "experts_per_token": k,
         "expert_ffn_hidden_size": expert_ffn,
     }
-    shared_n = _int(cfg, ("n_shared_experts",), where, required=False) if cfg.get("n_shared_experts") else 0
+    shared_n = _count(cfg, "n_shared_experts", where)
+    shared_ffn = _count(cfg, "shared_expert_intermediate_size", where)
     if shared_n:
         out["num_shared_experts"] = shared_n
         out["shared_expert_ffn_hidden_size"] = expert_ffn
-    elif cfg.get("shared_expert_intermediate_size"):
+    elif shared_ffn:
         out["num_shared_experts"] = 1
-        out["shared_expert_ffn_hidden_size"] = _as_int(
-            cfg["shared_expert_intermediate_size"], "shared_expert_intermediate_size", where
-        )
+        out["shared_expert_ffn_hidden_size"] = shared_ffn
         out["shared_expert_gate"] = family == "qwen2_moe"  # HF Qwen2MoeSparseMoeBlock.shared_expert_gate
     elif llama4:  # HF Llama4TextMoe: one shared expert of intermediate_size
         out["num_shared_experts"] = 1
         out["shared_expert_ffn_hidden_size"] = expert_ffn
-    if family in DEEPSEEK_FAMILIES or cfg.get("n_routed_experts") is not None:
+    if deepseek:
         score = _text(cfg.get("scoring_func"), "scoring_func", where)
         if score in ("sigmoid", "softmax"):
             out["router_score"] = score
@@ -281,9 +343,14 @@ def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, ffn: int, whe
                 raise InputError(f"{where}: topk_group: {out['router_group_topk']} exceeds n_group {groups}")
     if family in SINK_FAMILIES:
         out["router_bias"] = True  # GptOssTopKRouter has a bias
-    sparse = _sparse_layers(cfg, family, num_layers, where)
-    if not sparse:
-        return {}
+    sparse = _sparse_layers(cfg, family, num_layers, where, deepseek)
+    if not sparse:  # HF would build a dense model: the experts declared are never used
+        pattern = [k for k in ("first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step", "mlp_only_layers",
+                               "interleave_moe_layer_step", "moe_layers") if cfg.get(k) is not None]
+        raise InputError(
+            f"{where}: {'/'.join(pattern) or key}: no layer of the {num_layers} is a mixture of experts, yet "
+            f"{key} is {experts}; fix the MoE layer pattern, or set {key} to 0 for a dense model"
+        )
     first, freq = _fit_layer_pattern(sparse, num_layers, where)
     out["first_dense_layers"] = first
     out["moe_layer_freq"] = freq
@@ -349,7 +416,7 @@ def _window_fields(cfg: dict[str, Any], family: str, num_layers: int, seq_len: i
                 raise InputError(f"{where}: no_rope_layers must have one entry per layer ({num_layers})")
             local = [bool(f) for f in flags]
         else:
-            n = _as_int(cfg.get("no_rope_layer_interval") or 4, "no_rope_layer_interval", where)
+            n = _step(cfg, "no_rope_layer_interval", 4, where)
             local = [(i + 1) % n != 0 for i in range(num_layers)]
         if not any(local):
             return {}
@@ -364,7 +431,7 @@ def _window_fields(cfg: dict[str, Any], family: str, num_layers: int, seq_len: i
     if family.startswith("gemma2") or family.startswith("gemma3"):
         # Gemma 2: every other layer local; Gemma 3: sliding_window_pattern (5 local : 1 global).
         default = 6 if family.startswith("gemma3") else 2
-        n = _as_int(cfg.get("sliding_window_pattern") or default, "sliding_window_pattern", where)
+        n = _step(cfg, "sliding_window_pattern", default, where)
         return {"attention_window": window, "global_attention_every": n}
     if cfg.get("use_sliding_window") is True and cfg.get("max_window_layers"):  # Qwen2: layers >= max_window_layers
         first_local = _as_int(cfg["max_window_layers"], "max_window_layers", where)
@@ -482,6 +549,9 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
         "source": f"HF config {name}" + (f" (model_type {family})" if family else ""),
     }
     mla = _mla_fields(cfg, where)
+    if not mla and family in DEEPSEEK_FAMILIES:  # HF DeepseekV2/V3Attention is MLA only
+        raise InputError(f"{where}: missing kv_lora_rank: {family} attention is multi-head latent attention "
+                         "(DeepSeek-V3 and Kimi-K2: 512)")
     if mla:
         fields.update(mla)
         fields["num_kv_heads"] = heads  # MLA decompresses one key/value per query head
@@ -498,11 +568,11 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
     if family.startswith("llama4"):  # dense layers use intermediate_size_mlp
         fields["ffn_hidden_size"] = _int(cfg, ("intermediate_size_mlp",), where, required=False) or ffn
     fields.update(_window_fields(cfg, family, layers, seq_len, where))
-    mtp = _int(cfg, ("num_nextn_predict_layers",), where, required=False) if cfg.get("num_nextn_predict_layers") else 0
+    mtp = _count(cfg, "num_nextn_predict_layers", where)
     if mtp:
         fields["mtp_num_layers"] = mtp
     fields.update(_moe_fields(cfg, family, layers, ffn, where))
     try:
         return ModelSpec(**fields)
     except ValidationError as exc:
-        raise InputError(validation_message(exc, where=where)) from None
+        raise InputError(_spec_message(validation_message(exc, where=where), cfg, where)) from None

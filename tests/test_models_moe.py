@@ -488,3 +488,60 @@ def test_training_flops_match_megatron_bridge(name, mtp, gflops):
     m = get_model(name)
     ours = c.training_flops_per_token(m, 4096, "none", causal=True, mtp=mtp)
     assert ours == pytest.approx(gflops * 1e9, rel=5e-3)
+
+
+def _text_cfg(cfg: dict) -> dict:
+    return cfg["text_config"] if "text_config" in cfg and "num_hidden_layers" not in cfg else cfg
+
+
+@pytest.mark.parametrize(
+    "fixture, change, words",
+    [
+        # silently imported as a dense model before: the MoE layer pattern selected no layer
+        ("deepseek-v3", {"first_k_dense_replace": 10**12}, ["first_k_dense_replace: 1000000000000 exceeds num_hidden_layers 61"]),
+        ("deepseek-v3", {"moe_layer_freq": 10**12}, ["first_k_dense_replace/moe_layer_freq: no layer of the 61",
+                                                      "n_routed_experts is 256"]),
+        ("qwen3-30b-a3b", {"decoder_sparse_step": 100}, ["decoder_sparse_step", "no layer of the 48", "num_experts is 128"]),
+        ("llama4-maverick-17b-128e", {"moe_layers": []}, ["moe_layers: no layer of the 48", "num_local_experts is 128"]),
+        # 0 (HF divides by it) and values that are not counts were read as the default or as none
+        ("deepseek-v3", {"moe_layer_freq": 0}, ["moe_layer_freq must be a positive integer (got 0)"]),
+        ("qwen3-30b-a3b", {"decoder_sparse_step": 0}, ["decoder_sparse_step must be a positive integer (got 0)"]),
+        ("deepseek-v3", {"first_k_dense_replace": []}, ["first_k_dense_replace must be a non-negative integer (got [])"]),
+        ("deepseek-v3", {"n_shared_experts": False}, ["n_shared_experts must be a non-negative integer (got False)"]),
+        ("deepseek-v3", {"num_nextn_predict_layers": "1"}, ["num_nextn_predict_layers must be a non-negative integer"]),
+        ("mixtral-8x7b", {"num_local_experts": []}, ["num_local_experts must be a non-negative integer (got [])"]),
+        ("qwen1.5-moe-a2.7b", {"shared_expert_intermediate_size": -1}, ["shared_expert_intermediate_size must be a non-negative"]),
+        # DeepSeek attention without its latent rank was imported as plain multi-head attention
+        ("kimi-k2", {"kv_lora_rank": None}, ["missing kv_lora_rank: kimi_k2 attention is multi-head latent attention"]),
+        # the spec's refusal names the config key first
+        ("deepseek-v3", {"num_experts_per_tok": 300}, ["num_experts_per_tok (experts_per_token): 300 must be between 1 and num_experts 256"]),
+        ("llama4-scout-17b-16e", {"num_local_experts": 10**12}, ["num_local_experts (num_experts): Input should be less than or equal to 100000"]),
+    ],
+)
+def test_hf_moe_malformed_is_one_line_naming_the_key(tmp_path, fixture, change, words):
+    """Review (issue 13): malformed MoE keys of a config.json exit plan-estimate with 2 and one line
+    naming the key (several were imported silently as a dense model or with a default)."""
+    from plan_search.cli.estimate import main
+
+    cfg = json.loads((HF / f"{fixture}.json").read_text())
+    _text_cfg(cfg).update(change)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    r = CliRunner().invoke(main, ["--model", str(path), "--gpu", "h100", "--gpus", "64"])
+    out = r.output.strip()
+    assert r.exit_code == 2 and len(out.splitlines()) == 1 and "Traceback" not in out, out
+    for w in words:
+        assert w in out, (w, out)
+    ok = json.loads((HF / f"{fixture}.json").read_text())  # the unchanged config still imports as MoE
+    assert from_hf_config(ok, fixture).num_moe_layers > 0
+
+
+def test_hf_stray_n_routed_experts_keeps_llama4_layer_pattern():
+    """A Llama 4 config carrying an n_routed_experts key (its num_local_experts wins) kept DeepSeek's
+    every-layer pattern: Maverick's alternate MoE layers (1, 3, 5 ...) became every layer."""
+    cfg = json.loads((HF / "llama4-maverick-17b-128e.json").read_text())
+    want = from_hf_config(cfg, "maverick")
+    _text_cfg(cfg).update(n_routed_experts=4)
+    got = from_hf_config(cfg, "maverick")
+    assert (got.first_dense_layers, got.moe_layer_freq, got.num_moe_layers) == (1, 2, 24)
+    assert got == want
