@@ -200,9 +200,10 @@ class ModelSpec(NoBoolNumbers):
                     f"experts_per_token: {self.experts_per_token} must be between 1 and "
                     f"num_experts {self.num_experts}"
                 )
-            if self.first_dense_layers > self.num_layers:
+            if self.first_dense_layers >= self.num_layers:  # no MoE layer left: the experts are never used
                 raise ValueError(
-                    f"first_dense_layers: {self.first_dense_layers} exceeds num_layers {self.num_layers}"
+                    f"first_dense_layers: {self.first_dense_layers} leaves no mixture-of-experts layer of "
+                    f"num_layers {self.num_layers}; give at most {self.num_layers - 1}, or num_experts 0 for a dense model"
                 )
             if self.router_num_groups:
                 if self.num_experts % self.router_num_groups:

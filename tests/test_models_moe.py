@@ -545,3 +545,21 @@ def test_hf_stray_n_routed_experts_keeps_llama4_layer_pattern():
     got = from_hf_config(cfg, "maverick")
     assert (got.first_dense_layers, got.moe_layer_freq, got.num_moe_layers) == (1, 2, 24)
     assert got == want
+
+
+@pytest.mark.parametrize("first", ["8", "*n"])
+def test_yaml_moe_spec_without_an_moe_layer_is_refused(tmp_path, first):
+    """Review (issue 13): first_dense_layers equal to num_layers (also through a YAML alias) left an
+    MoE model without an MoE layer that plan-estimate priced; it exits 2 naming the field and the most."""
+    from plan_search.cli.estimate import main
+
+    path = tmp_path / "tinymoe.yaml"
+    path.write_text("name: tinymoe\nnum_layers: &n 8\nhidden_size: 1024\nnum_heads: 16\nvocab_size: 32000\n"
+                    f"num_experts: 8\nexperts_per_token: 2\nexpert_ffn_hidden_size: 2048\nfirst_dense_layers: {first}\n")
+    r = CliRunner().invoke(main, ["--model", str(path), "--gpu", "h100", "--gpus", "8"])
+    out = r.output.strip()
+    assert r.exit_code == 2 and len(out.splitlines()) == 1, out
+    assert "first_dense_layers: 8 leaves no mixture-of-experts layer of num_layers 8; give at most 7" in out, out
+    path.write_text(path.read_text().replace(f"first_dense_layers: {first}", "first_dense_layers: 7"))
+    ok = resolve_model(path)
+    assert ok.num_moe_layers == 1 and ok.is_moe_layer(7)
