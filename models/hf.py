@@ -98,6 +98,7 @@ UNTIED_FAMILIES = frozenset(
         "deepseek_v2", "deepseek_v3", "gpt_neox", "nemotron", "phi3", "olmo", "olmo2", "olmoe",
         "granite", "granitemoe", "internlm2", "baichuan", "falcon", "jamba", "dbrx", "arctic",
         "stablelm", "exaone", "minicpm", "hunyuan", "llama4_text", "mistral3", "gpt_oss", "kimi_k2",
+        "llama4",  # HF Llama4Config (the wrapper, read when text_config names no model_type)
     }
 )
 RMSNORM_FAMILIES = frozenset(
@@ -457,7 +458,12 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
     if not any(k in cfg for k in ("num_hidden_layers", "n_layer", "num_layers", "n_layers")):
         nested = cfg.get("text_config")
         if isinstance(nested, dict):  # multimodal wrappers keep the LM under text_config
-            cfg = {**nested, "model_type": nested.get("model_type", cfg.get("model_type"))}
+            # a null model_type there is the wrapper's (llama4 -> Llama 4's shared expert and layer rules)
+            cfg = {**nested, "model_type": nested.get("model_type") or cfg.get("model_type")}
+            where = f"{where}: text_config"
+        elif nested is not None:
+            raise InputError(f"{where}: text_config: expected a mapping holding the language model's config "
+                             f"(num_hidden_layers, hidden_size ...), got {short_repr(nested)}")
     family = _text(cfg.get("model_type") or None, "model_type", where)
 
     layers = _int(cfg, ("num_hidden_layers", "n_layer", "num_layers", "n_layers"), where, what="number of layers")

@@ -563,3 +563,21 @@ def test_yaml_moe_spec_without_an_moe_layer_is_refused(tmp_path, first):
     path.write_text(path.read_text().replace(f"first_dense_layers: {first}", "first_dense_layers: 7"))
     ok = resolve_model(path)
     assert ok.num_moe_layers == 1 and ok.is_moe_layer(7)
+
+
+def test_hf_text_config_of_the_wrong_type_or_without_model_type(tmp_path):
+    """Review (issue 13): a Llama 4 text_config that is not a mapping said 'missing num_hidden_layers'
+    (now it names text_config); one with model_type null was read as an unknown family, dropping Scout's
+    shared expert and tying its embeddings: the wrapper's llama4 family is used."""
+    from plan_search.cli.estimate import main
+
+    cfg = json.loads((HF / "llama4-scout-17b-16e.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, "text_config": ["not", "a", "mapping"]}))
+    r = CliRunner().invoke(main, ["--model", str(path), "--gpu", "h100", "--gpus", "64"])
+    assert r.exit_code == 2 and "text_config: expected a mapping" in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1
+    want = from_hf_config(cfg, "scout")
+    got = from_hf_config({**cfg, "text_config": {**cfg["text_config"], "model_type": None}}, "scout")
+    assert got.num_shared_experts == 1 and not got.tied_embeddings
+    assert got.model_dump(exclude={"source"}) == want.model_dump(exclude={"source"})
