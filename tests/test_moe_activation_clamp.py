@@ -1,5 +1,5 @@
-"""GPT-OSS's clamped gated activation (``activation_clamp``, HF ``swiglu_limit``) through
-``plan_search.estimate`` with real numbers: Megatron-Core clamps in eager passes before its fused
+"""GPT-OSS's clamped gated activation (``activation_clamp``, HF ``swiglu_limit``) and its experts'
+eager down-projection bias through ``plan_search.estimate`` with real numbers: Megatron-Core clamps in eager passes before its fused
 activation (experts.CLAMP_FWD_BYTES / CLAMP_BWD_BYTES / CLAMP_SAVED_BYTES, sources there), NeMo
 AutoModel's DeepEP experts clamp inside the compiled activation (``act_clamp_fused``)."""
 
@@ -78,3 +78,20 @@ def test_hf_swiglu_limit_and_bad_input():
     assert gpt3.activation == "gelu"
     with pytest.raises(ValueError, match="activation_clamp: set only with a gated activation"):
         ModelSpec(**{**gpt3.model_dump(), "activation_clamp": 7.0})
+
+
+def test_expert_bias_costs_its_eager_passes():
+    """GPT-OSS-120B as above: Megatron-Core adds the routed experts' fc2 bias in eager passes,
+    12 B forward and 16 B backward per routed row and hidden column (h = 2,880): 36 layers x
+    16,384 rows x 2,880 x 28 B = 47.6 GB at the achievable HBM rate. A MoE without expert biases
+    (Qwen3-30B-A3B) pays nothing."""
+    m = get_model("gpt-oss-120b")
+    nobias = m.model_copy(update={"bias": False})
+    on, off = _est(m), _est(nobias)
+    c = get_cluster(B200)
+    rate = c.gpu.hbm_bandwidth_gbps * 1e9 * c.efficiency.hbm_eff
+    nbytes = 36 * 4096 * 4 * 2880 * (experts.EXPERT_BIAS_FWD_BYTES + experts.EXPERT_BIAS_BWD_BYTES)
+    assert nbytes == pytest.approx(47.56e9, rel=1e-3)
+    assert on.time.memory_bound_s - off.time.memory_bound_s == pytest.approx(nbytes / rate, rel=1e-9)
+    q = get_model("qwen3-30b-a3b")
+    assert not q.bias and experts.expert_bias_bytes(q, 1000.0) == (0.0, 0.0)

@@ -347,6 +347,32 @@ CLAMP_BWD_BYTES = 20.0
 CLAMP_SAVED_BYTES = 2.0 * 2.0
 
 
+#: Bytes per routed row and hidden column (``h``) that the routed experts' down-projection bias
+#: adds, forward / backward. Megatron-Core builds the grouped fc2 with ``skip_bias_add=True`` and
+#: adds its bias in eager PyTorch, ``TEGroupedMLP._apply_bias`` (moe/experts.py, the same at
+#: core_r0.15.0-core_r0.18.0): per local expert ``t + b * p`` over ``torch.split`` of the fc2
+#: output, then ``torch.cat``. With the routing weights in the router's bf16 (``moe_router_dtype``
+#: unset in Megatron-Bridge's gpt_oss recipes r0.2.0-r0.5.0; ``topk_softmax_with_capacity`` casts
+#: the probabilities ``type_as(logits)``, moe_utils.py), forward: ``b * p`` writes 2 B, the add
+#: reads 2 + 2 and writes 2, ``cat`` reads 2 and writes 2 (12 B; ``.to`` is a no-op). Backward:
+#: the bias gradient materialises ``grad * p`` (read 2, write 2) and sums it over the rows (read 2),
+#: the routing weights' gradient materialises ``grad * b`` and sums it over ``h`` (6 B likewise),
+#: and ``split``'s backward concatenates the per-expert gradients (read 2, write 2): 16 B. NeMo AutoModel's DeepEP experts add both biases in the same eager way
+#: (Automodel@34f73e9 components/moe/layers.py ``GroupedExpertsDeepEP._apply_bias``; its fc1 bias
+#: is not priced here). Only models with expert biases (``bias`` on a MoE model: GPT-OSS).
+EXPERT_BIAS_FWD_BYTES = 12.0
+EXPERT_BIAS_BWD_BYTES = 16.0
+
+
+def expert_bias_bytes(model: ModelSpec, rows) -> tuple:
+    """(forward, backward) bytes of the routed experts' eager down-projection bias over ``rows``
+    routed rows (:data:`EXPERT_BIAS_FWD_BYTES`, :data:`EXPERT_BIAS_BWD_BYTES` per row and ``h``);
+    zero for experts without biases."""
+    if not (model.is_moe and model.bias):
+        return 0.0, 0.0
+    return EXPERT_BIAS_FWD_BYTES * model.hidden_size * rows, EXPERT_BIAS_BWD_BYTES * model.hidden_size * rows
+
+
 def clamp_bytes(model: ModelSpec, x: PlanArrays, rows, width) -> tuple:
     """(forward, backward) bytes the activation clamp adds over ``rows`` routed rows of ``width``
     expert-FFN columns (:data:`CLAMP_FWD_BYTES`, :data:`CLAMP_BWD_BYTES`); zero without a clamp or
@@ -416,10 +442,11 @@ def moe_layer_times(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> di
     mem = mem - _act_bytes(m, T, m.ffn_hidden_size / t) + expert_cast_bytes(m, x)
     comp_f = routed + shared + router - dense_mlp
     clamp_f, clamp_b = clamp_bytes(m, x, rows, fe)
+    bias_f, bias_b = expert_bias_bytes(m, rows)
     mem_f = compute.hbm_s(mem, cluster)
     return {"compute_fwd_s": comp_f, "compute_bwd_s": 2.0 * comp_f,
-            "membound_fwd_s": mem_f + compute.hbm_s(clamp_f, cluster),
-            "membound_bwd_s": 2.0 * mem_f + compute.hbm_s(clamp_b, cluster)}
+            "membound_fwd_s": mem_f + compute.hbm_s(clamp_f + bias_f, cluster),
+            "membound_bwd_s": 2.0 * mem_f + compute.hbm_s(clamp_b + bias_b, cluster)}
 
 
 # ------------------------------------------------------------------ activation memory
