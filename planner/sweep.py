@@ -144,6 +144,8 @@ def axis_kind(name: str) -> str:
         if name in ("knobs",):
             raise InputError(f"sweep.{name}: sweep one knob at a time, e.g. knobs.zero: [1, 3]")
         return "request"
+    if name in Knobs.model_fields:  # it would be read as a --set key ("--set ep: no such field")
+        raise InputError(f"sweep.{name}: a plan knob is swept as knobs.{name}, e.g. knobs.{name}: [1, 2]")
     return "set"
 
 

@@ -470,3 +470,15 @@ def test_journal_lines_are_json(tmp_path):
     line = json.dumps({"key": sw.scenarios[1].key, "index": 1, "params": {}, "rows": [{"status": "ok"}]})
     journal_path(out).write_text(line + "\n")
     assert list(read_journal(journal_path(out))) == [sw.scenarios[1].key]
+
+
+def test_bare_knob_axis_names_its_knobs_spelling(tmp_path):
+    """Review (issue 13): a sweep axis named after a plan knob (ep: [2, 8]) was read as a --set key
+    and failed at scenario 0 with '--set ep: no such field; closest: efficiency.ep_overlap'; it exits
+    2 before running, naming knobs.ep, and knobs.ep sweeps the expert-parallel degree."""
+    base = {"model": "mixtral-8x7b", "gpu": "h100", "time_limit_s": 5}
+    bad = _write(tmp_path, {"base": base, "sweep": {"gpus": [64], "ep": [2, 8]}})
+    r = CliRunner().invoke(main, [str(bad), "-o", str(tmp_path / "bad.csv"), "--workers", "1"])
+    assert r.exit_code == 2 and r.output.strip() == "error: sweep.ep: a plan knob is swept as knobs.ep, e.g. knobs.ep: [1, 2]"
+    good = _write(tmp_path, {"base": base, "sweep": {"gpus": [64], "knobs.ep": [2, 8]}})
+    assert [s.request.knobs.ep for s in load_sweep(good).scenarios] == [[2], [8]]
