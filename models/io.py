@@ -189,6 +189,26 @@ def refuse_bools(cls, data: Any) -> Any:
 
 
 
+def _plain(value: Any) -> Any:
+    """A numpy scalar or array as the Python value it holds (``np.int64(8)`` -> 8, an array -> a
+    list, ``np.bool_`` -> bool); lists and tuples element by element; anything else unchanged."""
+    if type(value).__module__ == "numpy" and callable(getattr(value, "tolist", None)):
+        return value.tolist()
+    if isinstance(value, (list, tuple)) and any(type(v).__module__ == "numpy" for v in value):
+        return type(value)(_plain(v) for v in value)
+    return value
+
+
+def from_numpy(data: Any) -> Any:
+    """``data`` (a document's mapping) with numpy values made plain Python, so the Python API takes
+    ``tp=np.int64(8)`` or ``gpus=np.array([8, 16])`` as the ints they are (strict fields refused
+    them as 'not a valid integer'); a numpy boolean stays a boolean, refused where a number is due."""
+    if isinstance(data, dict) and any(type(v).__module__ == "numpy" or isinstance(v, (list, tuple))
+                                      for v in data.values()):
+        return {k: _plain(v) for k, v in data.items()}
+    return data
+
+
 class NoBoolNumbers(BaseModel):
     """Base of every input document (model spec, plan, request, sweep, allocation): a boolean given
     for a number is refused (:func:`refuse_bools`), once here for all of them. Schemas are built
@@ -199,7 +219,7 @@ class NoBoolNumbers(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _no_bool_numbers(cls, data):
-        return refuse_bools(cls, data)  # "gpus": [true] is not one GPU; lax mode takes True as 1
+        return refuse_bools(cls, from_numpy(data))  # "gpus": [true] is not one GPU; lax mode takes True as 1
 
 def _model_named(name: str) -> type[BaseModel] | None:
     """The pydantic model class called ``name`` (a ValidationError carries only its title)."""

@@ -448,3 +448,24 @@ def test_search_bad_fields_are_one_input_error_line(fields, message):
         planner.search(model="mixtral-8x7b", gpu="h100", **{"gpus": [64], **fields})
     text = str(exc.value)
     assert text.startswith(message) and "\n" not in text and "errors.pydantic.dev" not in text
+
+
+def test_numpy_numbers_are_the_numbers_they_hold():
+    """Review (issue 13): numpy integers where an int is expected (ep=np.int64(8), gpus from an array)
+    were refused as 'Input should be a valid integer (got np.int64(8))'; they are taken as the ints
+    they hold, giving the same estimate and front as plain ints. A numpy boolean stays a boolean."""
+    import numpy as np
+
+    from plan_search.models.io import InputError
+
+    plain = planner.estimate("mixtral-8x7b", "h100", num_gpus=64, tp=2, pp=4, ep=8, first_stage_layers=8, moe_imbalance=1.0)
+    np_est = planner.estimate("mixtral-8x7b", "h100", num_gpus=np.int64(64), tp=np.int32(2), pp=np.uint8(4),
+                              ep=np.int64(8), first_stage_layers=np.int64(8), moe_imbalance=np.float64(1.0))
+    assert np_est.plan == plain.plan and type(np_est.plan.ep) is int
+    assert np_est.step_time_s == plain.step_time_s and np_est.memory.peak_gib == plain.memory.peak_gib
+    with pytest.raises(InputError, match="ep: True holds a boolean"):
+        planner.estimate("mixtral-8x7b", "h100", num_gpus=64, tp=2, pp=4, ep=np.bool_(True))
+    kw = dict(model="mixtral-8x7b", gpu="h100", time_limit_s=10)
+    a = planner.search(**kw, gpus=np.array([64]), ep=np.array([8]))
+    b = planner.search(**kw, gpus=[64], ep=[8])
+    assert a.request == b.request and [p.plan for p in a.front] == [p.plan for p in b.front]

@@ -136,6 +136,9 @@ class _EnumeratedKnobs(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _scalars_to_lists(cls, data):
+        from plan_search.models.io import from_numpy
+
+        data = from_numpy(data)  # before an array is taken for a scalar: ep=np.array([4, 8]) is [4, 8]
         if isinstance(data, dict):
             listed = {"allow_cross_node_tp", "max_cp", "max_vpp", "max_micro_batch"}
             data = {k: ([v] if k not in listed and v is not None and not isinstance(v, (list, tuple)) else v)
