@@ -211,3 +211,18 @@ def test_given_end_stage_leaving_a_stage_empty_is_refused(ends, named):
     r = _cli(search_main, "--model", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", 64, "--pp", 4,
              "--first-stage-layers", 46, "--time-limit", 10)
     assert r.exit_code == 2 and "first_stage_layers: no pipeline split of 48 layers" in r.output, r.output
+
+
+def test_search_split_refusal_says_why():
+    """Review (issue 13): plan-search --first-stage-layers at pp 1 said 'the middle stages must split the
+    rest evenly'; it says an uneven split needs pp > 1. A refused split names the probe's reason."""
+    from plan_search.cli.search import main
+
+    base = ("--model", "mixtral-8x7b", "--gpu", "h100", "--gpus", 64, "--time-limit", 10)
+    r = _cli(main, *base, "--pp", 1, "--first-stage-layers", 3)
+    assert r.exit_code == 2 and "an uneven split needs pp > 1 (got pp [1])" in r.output, r.output
+    r = _cli(main, *base, "--pp", 2, "--first-stage-layers", 40)
+    assert r.exit_code == 2 and "(at pp 2: first_stage_layers: 40 leaves fewer than one layer" in r.output, r.output
+    r = _cli(main, *base, "--first-stage-layers", 40)
+    assert r.exit_code == 2 and "(e.g. at pp 2: first_stage_layers: 40 leaves" in r.output, r.output
+    assert all(len(x.output.strip().splitlines()) == 1 for x in [r])

@@ -248,7 +248,7 @@ def _pp_domain_given_ends(model: ModelSpec, knobs: Knobs):
     (of the knob, else every pp > 1) whose split with those ends is a valid Plan."""
     l = model.num_layers
     cands = knobs.pp or list(range(2, l + 1))
-    rows = []
+    rows, why = [], []
     for pp in cands:
         for f in knobs.first_stage_layers or [None]:
             for la in knobs.last_stage_layers or [None]:
@@ -258,14 +258,19 @@ def _pp_domain_given_ends(model: ModelSpec, knobs: Knobs):
                     probe = Plan(num_gpus=pp, pp=pp, global_batch=pp, seq_len=2, first_stage_layers=f,
                                  last_stage_layers=la, recompute="none")
                     probe.check_against(model)
-                except (ValueError, InputError):
+                except (ValueError, InputError) as exc:
+                    why.append(f"at pp {pp}: {' '.join(str(exc).split())}")
                     continue
                 fs, mid, ls = probe.stage_layers(l)
                 rows.append((pp, fs, mid, ls))
     if not rows:
+        if not why:  # every pp asked for is 1
+            raise InputError(f"first_stage_layers/last_stage_layers: an uneven split needs pp > 1 (got pp {knobs.pp}); "
+                             "drop them or allow a larger pp")
         raise InputError(
             f"first_stage_layers: no pipeline split of {l} layers with first {knobs.first_stage_layers} and last "
-            f"{knobs.last_stage_layers} layers (pp {knobs.pp or 'any'}); the middle stages must split the rest evenly")
+            f"{knobs.last_stage_layers} layers (pp {knobs.pp or 'any'}); the middle stages must split the rest evenly"
+            + f" ({'e.g. ' if len(why) > 1 else ''}{why[0]})")
     a = np.asarray(rows, dtype=np.int64)
     return a[:, 0], a[:, 1], a[:, 2], a[:, 3], np.ones(len(a), dtype=bool)
 
