@@ -226,3 +226,8 @@ def test_search_split_refusal_says_why():
     r = _cli(main, *base, "--first-stage-layers", 40)
     assert r.exit_code == 2 and "(e.g. at pp 2: first_stage_layers: 40 leaves" in r.output, r.output
     assert all(len(x.output.strip().splitlines()) == 1 for x in [r])
+    from plan_search.models.io import InputError
+
+    with pytest.raises(InputError) as exc:  # the Plan's field check, as one line (the CLI refuses 0 itself)
+        ps.search(model="mixtral-8x7b", gpu="h100", gpus=[64], pp=[2], first_stage_layers=[0], time_limit_s=10)
+    assert "(at pp 2: first_stage_layers: Input should be greater than 0 (got 0))" in str(exc.value)
