@@ -228,9 +228,12 @@ class ModelSpec(NoBoolNumbers):
             for field in ("experts_per_token", "num_shared_experts", "router_num_groups", "router_group_topk"):
                 if getattr(self, field):
                     raise ValueError(f"{field}: set only together with num_experts > 0")
-            for field in ("router_bias", "router_expert_bias", "shared_expert_gate"):
+            for field in ("router_bias", "router_expert_bias", "shared_expert_gate", "first_dense_layers",
+                          "expert_ffn_hidden_size", "shared_expert_ffn_hidden_size"):
                 if getattr(self, field):
                     raise ValueError(f"{field}: set only together with num_experts > 0")
+            if self.moe_layer_freq != 1:  # a dense model's layers are all dense: it would be ignored
+                raise ValueError("moe_layer_freq: set only together with num_experts > 0")
             if self.moe_capacity_factor is not None:
                 raise ValueError("moe_capacity_factor: set only together with num_experts > 0")
         if self.shared_expert_gate and not self.num_shared_experts:

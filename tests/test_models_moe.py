@@ -581,3 +581,16 @@ def test_hf_text_config_of_the_wrong_type_or_without_model_type(tmp_path):
     got = from_hf_config({**cfg, "text_config": {**cfg["text_config"], "model_type": None}}, "scout")
     assert got.num_shared_experts == 1 and not got.tied_embeddings
     assert got.model_dump(exclude={"source"}) == want.model_dump(exclude={"source"})
+
+
+@pytest.mark.parametrize("field, value", [("expert_ffn_hidden_size", 2048), ("shared_expert_ffn_hidden_size", 512),
+                                          ("first_dense_layers", 2), ("moe_layer_freq", 2)])
+def test_dense_spec_refuses_moe_layout_fields(tmp_path, field, value):
+    """Review (issue 13): the MoE width and layer-pattern fields on a dense model (num_experts 0) were
+    ignored silently while the router fields were refused; they are refused the same way."""
+    from plan_search.cli.estimate import main
+
+    path = tmp_path / "dense.yaml"
+    path.write_text(f"name: d\nnum_layers: 8\nhidden_size: 1024\nnum_heads: 16\nvocab_size: 32000\n{field}: {value}\n")
+    r = CliRunner().invoke(main, ["--model", str(path), "--gpu", "h100", "--gpus", "8"])
+    assert r.exit_code == 2 and r.output.strip() == f"error: model dense.yaml: {field}: set only together with num_experts > 0"
