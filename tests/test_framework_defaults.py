@@ -139,6 +139,8 @@ def test_nemo_overrides_for_the_memory_knobs_round_trip():
     ("megatron", "--cross-entropy", "pytorch", "megatron-cross-entropy"),
     ("megatron", "--master-weights", "none", "megatron-master-weights"),
     ("megatron", "--act-fp8-input-store", None, "megatron-act-fp8-input-store"),
+    ("megatron", "--act-clamp-fused", None, "megatron-act-clamp-fused"),
+    ("nemo", "--act-clamp-fused", None, "nemo-act-clamp-fused"),
     # bf16 masters come with bf16 moments (the default then); fp32 masters named with them are refused
     ("megatron", "--adam-moments-dtype", "bf16 --master-weights fp32", "megatron-optimizer-precision"),
     ("torchtitan", "--cross-entropy", "te", "torchtitan-cross-entropy"),

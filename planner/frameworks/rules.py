@@ -635,6 +635,10 @@ _MLM_OPT = (f"{_MLM} _add_experimental_args (--use-precision-aware-optimizer, --
 _MLM_ACT = ("megatron/core/transformer/transformer_config.py@000c4ac2 activation_func_fp8_input_store (SwiGLU only, "
             "__post_init__); megatron/training/arguments.py@000c4ac2 has no flag for it "
             "(core_transformer_config_from_args copies only the args it has)")
+_MLM_CLAMP = ("NVIDIA/Megatron-LM@core_r0.15.0 (to core_r0.18.0) megatron/core/fusions/fused_bias_geglu.py "
+              "weighted_bias_quick_geglu_impl: the clamp (activation_func_clamp_value) runs in eager PyTorch before the "
+              "fused kernel, no flag fuses it; NVIDIA-NeMo/Automodel@34f73e9 clamps inside a torch.compile'd function "
+              "(planner/costmodel/experts.py clamp_bytes)")
 _TT_LOSS = ("pytorch/torchtitan@73a0e697 (v0.2.2) torchtitan/components/loss.py cross_entropy_loss "
             "(torch.nn.functional.cross_entropy on pred.float()); config/job_config.py Optimizer (name, lr, betas, "
             "eps, weight_decay, implementation: no state dtype) and Training.mixed_precision_param (FSDP2 keeps the "
@@ -643,22 +647,26 @@ _DS_PREC = ("deepspeedai/DeepSpeed@edaa7221 deepspeed/runtime/precision_config.p
             "(bf16_master_weights_and_grads: bf16 master weights; bf16_optimizer_states only with it) and "
             "runtime/config.py; the loss is the model code's (no config key)")
 
-#: Per framework, the values of each memory knob it can run; the first is its default where the framework is
+#: Per framework, the values of each memory knob (and of act_clamp_fused, a kernel's fusion, issue 13) it can
+#: run; the first is its default where the framework is
 #: named (``with_defaults`` and the search's knobs, when the user gave none).
 MEMORY_KNOBS: dict[str, dict[str, tuple]] = {
     # Megatron-Core's loss: vocab_parallel_cross_entropy by default (fp32 softmax kept, gradient in place:
     # Plan cross_entropy 'megatron'; the native fusion keeps the same bytes), TE's with --cross-entropy-fusion-impl
     # te. Master weights fp32, or bf16 remainders under the precision-aware optimizer; never none.
     "megatron": {"cross_entropy": ("megatron", "te"), "adam_moments_dtype": ("fp32", "bf16"),
-                 "master_weights": ("fp32", "bf16_remainder"), "act_fp8_input_store": (False,)},
+                 "master_weights": ("fp32", "bf16_remainder"), "act_fp8_input_store": (False,),
+                 "act_clamp_fused": (False,)},
     "nemo": {"cross_entropy": ("megatron", "te"), "adam_moments_dtype": ("fp32", "bf16"),
-             "master_weights": ("fp32", "bf16_remainder"), "act_fp8_input_store": (False, True)},
+             "master_weights": ("fp32", "bf16_remainder"), "act_fp8_input_store": (False, True),
+             "act_clamp_fused": (False,)},
     # the model code's PyTorch loss (fp32 or bf16 logits); fp32 masters and moments (bf16 optimizer states need
     # bf16 master weights, which master_weights cannot state)
     "deepspeed": {"cross_entropy": ("pytorch", "pytorch_bf16"), "adam_moments_dtype": ("fp32",),
-                  "master_weights": ("fp32",), "act_fp8_input_store": (False,)},
+                  "master_weights": ("fp32",), "act_fp8_input_store": (False,), "act_clamp_fused": (False, True)},
+    # the activation clamp is the model code's: fused when the user compiles it (torch.compile)
     "torchtitan": {"cross_entropy": ("pytorch",), "adam_moments_dtype": ("fp32",), "master_weights": ("fp32",),
-                   "act_fp8_input_store": (False,)},
+                   "act_fp8_input_store": (False,), "act_clamp_fused": (False, True)},
 }
 _MEMORY_TEXT = {
     "megatron": {"cross_entropy": ("the loss is Megatron-Core's vocab-parallel cross entropy (fp32 softmax; fused "
@@ -669,7 +677,9 @@ _MEMORY_TEXT = {
                                     "--use-precision-aware-optimizer: master_weights fp32 or bf16_remainder", _MLM_OPT),
                  "act_fp8_input_store": ("no Megatron-LM flag stores the activation inputs in FP8 "
                                          "(Megatron-Core's activation_func_fp8_input_store): act_fp8_input_store off",
-                                         _MLM_ACT)},
+                                         _MLM_ACT),
+                 "act_clamp_fused": ("Megatron-Core clamps a clamped activation (GPT-OSS) in eager PyTorch: "
+                                     "act_clamp_fused off", _MLM_CLAMP)},
     "nemo": {"cross_entropy": ("the loss is Megatron-Core's (model.config.cross_entropy_loss_fusion, "
                                "cross_entropy_fusion_impl native|te): cross_entropy megatron or te",
                                f"{_NM} GPTConfig on {_MC}; {_MLM_CE}"),
@@ -677,7 +687,9 @@ _MEMORY_TEXT = {
                                     f"{_NM} optim.config = {_MC} OptimizerConfig; {_MLM_OPT}"),
              "master_weights": ("master weights fp32, or bf16 remainders (optim.config.store_param_remainders): "
                                 "master_weights fp32 or bf16_remainder", f"{_MC} OptimizerConfig; {_MLM_OPT}"),
-             "act_fp8_input_store": ("", _MLM_ACT)},
+             "act_fp8_input_store": ("", _MLM_ACT),
+             "act_clamp_fused": ("Megatron-Core clamps a clamped activation (GPT-OSS) in eager PyTorch: "
+                                 "act_clamp_fused off", f"{_NM} on {_MC}; {_MLM_CLAMP}")},
     "deepspeed": {"cross_entropy": ("the loss is the model code's PyTorch cross entropy (the config has no loss "
                                     "setting; Megatron's and TE's vocab-parallel losses come with Megatron-DeepSpeed's "
                                     "model code): cross_entropy pytorch or pytorch_bf16", _DS_PREC),
@@ -686,13 +698,15 @@ _MEMORY_TEXT = {
                                          _DS_PREC),
                   "master_weights": ("the ZeRO/BF16 optimizers keep fp32 master weights (bf16 ones, "
                                      "bf16_master_weights_and_grads, are not a master_weights value)", _DS_PREC),
-                  "act_fp8_input_store": ("no FP8 activation store (FP8 would be the model code's)", _DS_PREC)},
+                  "act_fp8_input_store": ("no FP8 activation store (FP8 would be the model code's)", _DS_PREC),
+                  "act_clamp_fused": ("", _DS_PREC)},
     "torchtitan": {"cross_entropy": ("the loss is torch cross_entropy on fp32 logits (pred.float()): "
                                      "cross_entropy pytorch", _TT_LOSS),
                    "adam_moments_dtype": ("the optimizer's states take the fp32 parameters' dtype: "
                                           "adam_moments_dtype fp32", _TT_LOSS),
                    "master_weights": ("FSDP2/DDP step the fp32 parameters: master_weights fp32", _TT_LOSS),
-                   "act_fp8_input_store": ("no FP8 activation store: act_fp8_input_store off", _TT_LOSS)},
+                   "act_fp8_input_store": ("no FP8 activation store: act_fp8_input_store off", _TT_LOSS),
+                   "act_clamp_fused": ("", _TT_LOSS)},
 }
 
 
