@@ -70,13 +70,13 @@ KNOB_LIST_FIELDS = {"tp", "pp", "cp", "vpp", "micro_batch", "zero", "recompute",
 #: name would collide with a request field: ``system`` is the point's GPU type).
 RESULT_COLUMNS = (
     "status", "reason", "point", "on_front", "recommended", "system", "num_gpus", "nodes", "tp", "pp", "dp",
-    "cp", "vpp", "micro_batch", "plan_global_batch", "grad_accum", "zero", "recompute", "recompute_layers",
+    "cp", "vpp", "ep", "etp", "micro_batch", "plan_global_batch", "grad_accum", "zero", "recompute", "recompute_layers",
     "sequence_parallel", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "memory_gib",
     "memory_usable_gib", "comm_ratio", "days", "gpu_hours", "cost_usd", "energy_kwh", "power_kw",
     "scaling_efficiency", "bottleneck", "binding", "proven_optimal", "search_s", "message", "scenario_rows",
 )
 HEAD_COLUMNS = ("scenario", "scenario_key")
-_INT = ("scenario", "scenario_rows", "point", "num_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch",
+_INT = ("scenario", "scenario_rows", "point", "num_gpus", "tp", "pp", "dp", "cp", "vpp", "ep", "etp", "micro_batch",
         "plan_global_batch", "grad_accum", "zero", "recompute_layers")
 _BOOL = ("on_front", "recommended", "sequence_parallel", "proven_optimal")
 _TEXT = ("scenario_key", "status", "reason", "system", "recompute", "bottleneck", "binding", "message")
@@ -308,7 +308,7 @@ def _point_row(fp, index: int | None, recommended: bool) -> dict:
     p = fp.plan
     return {
         "point": index, "on_front": True, "recommended": recommended, "system": fp.gpu, "num_gpus": fp.num_gpus,
-        "nodes": fp.nodes, "tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "vpp": p.vpp,
+        "nodes": fp.nodes, "tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "vpp": p.vpp, "ep": p.ep, "etp": p.etp,
         "micro_batch": p.micro_batch, "plan_global_batch": p.global_batch, "grad_accum": p.grad_accum,
         "zero": p.zero, "recompute": p.recompute, "recompute_layers": p.recompute_layers,
         "sequence_parallel": p.sequence_parallel, "step_time_s": fp.step_time_s, "tokens_per_s": fp.tokens_per_s,
@@ -325,7 +325,7 @@ def _estimate_row(e, gpus_per_node: int | None) -> dict:
     return {
         "point": None, "on_front": False, "recommended": True, "system": e.cluster, "num_gpus": p.num_gpus,
         "nodes": p.num_gpus / gpus_per_node if gpus_per_node else None, "tp": p.tp, "pp": p.pp, "dp": p.dp,
-        "cp": p.cp, "vpp": p.vpp, "micro_batch": p.micro_batch, "plan_global_batch": p.global_batch,
+        "cp": p.cp, "vpp": p.vpp, "ep": p.ep, "etp": p.etp, "micro_batch": p.micro_batch, "plan_global_batch": p.global_batch,
         "grad_accum": p.grad_accum, "zero": p.zero, "recompute": p.recompute,
         "recompute_layers": p.recompute_layers, "sequence_parallel": p.sequence_parallel,
         "step_time_s": e.step_time_s, "tokens_per_s": e.tokens_per_s, "tokens_per_s_per_gpu": e.tokens_per_s_per_gpu,

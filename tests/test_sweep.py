@@ -482,3 +482,18 @@ def test_bare_knob_axis_names_its_knobs_spelling(tmp_path):
     assert r.exit_code == 2 and r.output.strip() == "error: sweep.ep: a plan knob is swept as knobs.ep, e.g. knobs.ep: [1, 2]"
     good = _write(tmp_path, {"base": base, "sweep": {"gpus": [64], "knobs.ep": [2, 8]}})
     assert [s.request.knobs.ep for s in load_sweep(good).scenarios] == [[2], [8]]
+
+
+def test_moe_rows_carry_the_plans_ep_and_etp(tmp_path):
+    """Review (issue 13): a sweep's rows named tp/pp/dp/cp/vpp but not the expert-parallel degrees, so
+    an MoE sweep's table did not say which ep each plan runs; ep and etp are columns, the front's."""
+    base = {"model": "mixtral-8x7b", "gpu": "h100", "time_limit_s": 5}
+    f = _write(tmp_path, {"base": base, "sweep": {"gpus": [64], "knobs.ep": [2, 8]}})
+    out = tmp_path / "moe.csv"
+    r = CliRunner().invoke(main, [str(f), "-o", str(out), "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    df = pd.read_csv(out)
+    assert list(df["ep"]) == list(df["knobs.ep"]) == [2, 8] and list(df["etp"]) == [1, 1]
+    front = search(model="mixtral-8x7b", gpu="h100", gpus=[64], ep=[8], time_limit_s=5).front
+    row = df[df["knobs.ep"] == 8].iloc[0]
+    assert (front[0].plan.ep, front[0].plan.etp, front[0].step_time_s) == (row["ep"], row["etp"], row["step_time_s"])
