@@ -301,6 +301,10 @@ def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, ffn: int, whe
     if key is None:
         return {}
     experts = _count(cfg, key, where)
+    if experts == 1:  # one expert is a dense MLP; more than one per token cannot be routed to it
+        k_key, k = _get(cfg, ("num_experts_per_tok", "experts_per_token", "moe_top_k", "top_k"))
+        if k_key is not None and _as_int(k, k_key, where) > 1:
+            raise InputError(f"{where}: {k_key}: {k} exceeds {key} 1; use at most as many experts per token as experts")
     if experts <= 1:
         return {}
     # DeepSeek-style keys by the family, or by the experts' own key (a stray n_routed_experts in a

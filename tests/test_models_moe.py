@@ -510,6 +510,7 @@ def _text_cfg(cfg: dict) -> dict:
         ("deepseek-v3", {"n_shared_experts": False}, ["n_shared_experts must be a non-negative integer (got False)"]),
         ("deepseek-v3", {"num_nextn_predict_layers": "1"}, ["num_nextn_predict_layers must be a non-negative integer"]),
         ("mixtral-8x7b", {"num_local_experts": []}, ["num_local_experts must be a non-negative integer (got [])"]),
+        ("mixtral-8x7b", {"num_local_experts": 1}, ["num_experts_per_tok: 2 exceeds num_local_experts 1"]),  # was dense
         ("qwen1.5-moe-a2.7b", {"shared_expert_intermediate_size": -1}, ["shared_expert_intermediate_size must be a non-negative"]),
         # DeepSeek attention without its latent rank was imported as plain multi-head attention
         ("kimi-k2", {"kv_lora_rank": None}, ["missing kv_lora_rank: kimi_k2 attention is multi-head latent attention"]),
