@@ -38,7 +38,9 @@ sum them back per token, the routing weights being applied in the experts' activ
 priced at ``hbm_eff * moe_membound_eff``; the backward moves 2x the forward bytes, as for the
 other element-wise work. The ``alltoall`` dispatcher adds a second permutation and its inverse (the
 received rows re-sorted by local expert, the outputs un-sorted before the combine:
-:data:`SORT_CHUNKS_BYTES`), at the same rate.
+:data:`SORT_CHUNKS_BYTES`), at the same rate. Under a low-precision recipe the ``alltoall`` and
+``allgather`` dispatchers leave Transformer Engine to pad each expert's rows to the quantization
+alignment and un-pad the output: two more copies per routed row (:data:`FP8_PAD_BYTES`).
 
 Selective recomputation of a MoE or MLA model is Megatron-Core's fine-grained set for MoE
 (``--recompute-modules mla_up_proj layernorm moe_act``: Megatron-LM megatron/core/transformer/moe/
@@ -92,6 +94,22 @@ PERMUTE_BYTES = 2.0 + 2.0
 #: perform all-to-all communication, and permute tokens for experts in single step", same file) and
 #: the ``allgather`` dispatcher permutes the gathered rows once: neither has this pass.
 SORT_CHUNKS_BYTES = 2.0 * (2.0 + 2.0)
+#: Transformer Engine's row padding for low-precision grouped GEMMs, bytes per routed row per hidden
+#: element, forward and backward alike: Megatron-Core's ``TEGroupedMLP`` pads each local expert's rows
+#: to the quantization alignment (``Fp8Padding`` before fc1, ``Fp8Unpadding`` after fc2,
+#: megatron/core/transformer/moe/experts.py@core_v0.16.0, the same at core_v0.14.0-core_v0.18.0,
+#: ``quantization_padding``). TE copies every row into a new tensor whenever any expert's count is not
+#: a multiple of 16 (32 for MXFP8) (transformer_engine/pytorch/module/fp8_padding.py@v2.9
+#: ``fused_multi_row_padding``; its backward ``fused_multi_row_unpadding``): the fc1 input and the
+#: fc2 output, ``h`` bf16 read + written each, 2 x (2 + 2) B; the backward copies the two gradients
+#: the same way. Only the ``flex`` dispatcher's HybridEP backend pads the rows in its own dispatch
+#: (``pad_multiple``, megatron/core/transformer/moe/token_dispatcher.py@core_v0.16.0); the ``alltoall``
+#: and ``allgather`` dispatchers leave the counts as routed (aligning them needs
+#: ``moe_router_padding_for_quantization``, which the calibrated alltoall recipes do not set:
+#: Megatron-Bridge src/megatron/bridge/perf_recipes/qwen/*/qwen3_moe.py@067f987d), and routed counts,
+#: real or from ``moe_router_force_load_balancing``'s random logits, are almost never all aligned.
+#: A dedicated copy kernel: priced at the achievable HBM rate (``hbm_eff``), as the clamp passes.
+FP8_PAD_BYTES = 2.0 * (2.0 + 2.0)
 #: Un-permutation bytes per routed row per hidden element: each row is read (bf16) and summed into its
 #: token, written once per token (``2/k`` more per routed row, added where ``k`` is known). No routing
 #: weights here: Megatron-Core applies them inside the experts' activation (``permuted_probs`` into
@@ -228,6 +246,16 @@ def imbalance(x: PlanArrays):
 def routed_rows(model: ModelSpec, x: PlanArrays):
     """Token rows one GPU's grouped GEMMs process per MoE layer and micro-batch (busiest rank)."""
     return x.etp * moe_tokens(x) * model.experts_per_token * imbalance(x)
+
+
+def fp8_pad_bytes(model: ModelSpec, x: PlanArrays):
+    """Bytes of Transformer Engine's row padding and un-padding around the grouped expert GEMMs, one
+    MoE layer and micro-batch, one GPU, forward (the backward moves the same): :data:`FP8_PAD_BYTES`
+    per routed row and hidden element in the low-precision layers with the ``alltoall`` or
+    ``allgather`` dispatcher; zero in bf16 and with ``flex`` (HybridEP pads in its dispatch)."""
+    on = (x.fp8 > 0) & (x.moe_disp != 2)
+    lowp = np.where(x.fp8 > 0, 1.0 - x.bf16_frac, 0.0)
+    return np.where(on, lowp * FP8_PAD_BYTES * routed_rows(model, x) * model.hidden_size, 0.0)
 
 
 def sort_chunks_bytes(model: ModelSpec, x: PlanArrays):
@@ -444,9 +472,10 @@ def moe_layer_times(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> di
     clamp_f, clamp_b = clamp_bytes(m, x, rows, fe)
     bias_f, bias_b = expert_bias_bytes(m, rows)
     mem_f = compute.hbm_s(mem, cluster)
+    pad = fp8_pad_bytes(m, x)  # the same bytes forward and backward
     return {"compute_fwd_s": comp_f, "compute_bwd_s": 2.0 * comp_f,
-            "membound_fwd_s": mem_f + compute.hbm_s(clamp_f + bias_f, cluster),
-            "membound_bwd_s": 2.0 * mem_f + compute.hbm_s(clamp_b + bias_b, cluster)}
+            "membound_fwd_s": mem_f + compute.hbm_s(clamp_f + bias_f + pad, cluster),
+            "membound_bwd_s": 2.0 * mem_f + compute.hbm_s(clamp_b + bias_b + pad, cluster)}
 
 
 # ------------------------------------------------------------------ activation memory
