@@ -97,8 +97,8 @@ SORT_CHUNKS_BYTES = 2.0 * (2.0 + 2.0)
 #: Transformer Engine's row padding for low-precision grouped GEMMs, bytes per routed row per hidden
 #: element, forward and backward alike: Megatron-Core's ``TEGroupedMLP`` pads each local expert's rows
 #: to the quantization alignment (``Fp8Padding`` before fc1, ``Fp8Unpadding`` after fc2,
-#: megatron/core/transformer/moe/experts.py@core_v0.16.0, the same at core_v0.14.0-core_v0.18.0,
-#: ``quantization_padding``). TE copies every row into a new tensor whenever any expert's count is not
+#: megatron/core/transformer/moe/experts.py@core_v0.16.0 ``quantization_padding``, the same through
+#: core_v0.18.0; named ``fp8_padding`` at core_v0.14.0 and core_v0.15.0). TE copies every row into a new tensor whenever any expert's count is not
 #: a multiple of 16 (32 for MXFP8) (transformer_engine/pytorch/module/fp8_padding.py@v2.9
 #: ``fused_multi_row_padding``; its backward ``fused_multi_row_unpadding``): the fc1 input and the
 #: fc2 output, ``h`` bf16 read + written each, 2 x (2 + 2) B; the backward copies the two gradients
