@@ -255,11 +255,17 @@ def lowp_cast_bytes(model: ModelSpec, x: PlanArrays):
     fwd_in = (2 * m.hidden_size + q + m.ffn_hidden_size) / t
     bwd_out = ((q + 2 * kv) + 2 * m.hidden_size + up) / t
     total = T * (_recipe_table("cast_fwd", x.fp8) * fwd_in + _recipe_table("cast_bwd", x.fp8) * bwd_out)
-    lowp = np.where(x.fp8 > 0, 1.0 - x.bf16_frac, 0.0)
+    lowp = lowp_share(x)
     return lowp * total / 3.0  # /3: the forward share (backward = 2x fwd)
 
 
 fp8_cast_bytes = lowp_cast_bytes  # the name before issue 12
+
+
+def lowp_share(x: PlanArrays):
+    """Share of the transformer layers whose GEMMs run in the plan's low-precision recipe: ``1 -
+    bf16_frac`` under a low-precision recipe (``Plan.bf16_layers`` stay bf16), 0 in bf16."""
+    return np.where(x.fp8 > 0, 1.0 - x.bf16_frac, 0.0)
 
 
 def gemm_input_bytes(x: PlanArrays):
@@ -282,7 +288,7 @@ def lowp_weight_copy_bytes(params_local, x: PlanArrays, cluster: ClusterSpec):
     bf16; negative where the copy is smaller than the bf16 weight it replaces (FP8 on Blackwell,
     no transpose)."""
     psi = np.where(x.zero >= 3, params_local / np.maximum(x.dp, 1), params_local)
-    lowp = np.where(x.fp8 > 0, 1.0 - x.bf16_frac, 0.0)
+    lowp = lowp_share(x)
     replaces = np.where(x.lowp_params & (x.fp8 > 0) & (x.fp8 < 4), BF16_BYTES, 0.0)
     return (_recipe_table("weight_copy", x.fp8, cluster) - replaces) * psi * lowp
 
@@ -293,7 +299,7 @@ def weight_cast_s(params_local, cluster: ClusterSpec, x: PlanArrays):
     psi = np.where(x.zero >= 3, params_local / np.maximum(x.dp, 1), params_local)
     amax = np.where((x.fp8 == 2) | (x.fp8 == 4), 2.0, 0.0)
     per_param = np.where(x.fp8 > 0, 2.0 + amax + _recipe_table("weight_copy", x.fp8, cluster), 0.0)
-    return hbm_s(psi * np.where(x.fp8 > 0, 1.0 - x.bf16_frac, 0.0) * per_param, cluster)
+    return hbm_s(psi * lowp_share(x) * per_param, cluster)
 
 
 def hbm_s(nbytes, cluster: ClusterSpec):

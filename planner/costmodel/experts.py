@@ -254,7 +254,7 @@ def fp8_pad_bytes(model: ModelSpec, x: PlanArrays):
     per routed row and hidden element in the low-precision layers with the ``alltoall`` or
     ``allgather`` dispatcher; zero in bf16 and with ``flex`` (HybridEP pads in its dispatch)."""
     on = (x.fp8 > 0) & (x.moe_disp != 2)
-    lowp = np.where(x.fp8 > 0, 1.0 - x.bf16_frac, 0.0)
+    lowp = compute.lowp_share(x)
     return np.where(on, lowp * FP8_PAD_BYTES * routed_rows(model, x) * model.hidden_size, 0.0)
 
 
@@ -345,7 +345,7 @@ def expert_cast_bytes(model: ModelSpec, x: PlanArrays):
     fwd = rows * (h + fe) + T * ((h + sw) / t if sw else 0.0) - T * (h + f) / t
     bwd = rows * (h + g * fe) + T * ((h + g * sw) / t if sw else 0.0) - T * (h + g * f) / t
     c_f, c_b = compute._recipe_table("cast_fwd", x.fp8), compute._recipe_table("cast_bwd", x.fp8)
-    lowp = np.where(x.fp8 > 0, 1.0 - x.bf16_frac, 0.0)
+    lowp = compute.lowp_share(x)
     return lowp * (c_f * fwd + c_b * bwd) / 3.0
 
 
