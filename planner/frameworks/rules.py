@@ -789,13 +789,18 @@ def memory_defaults(framework: str, plan: Plan | None = None) -> dict:
     return out
 
 
+def _memory_default_changes(framework: str, plan: Plan) -> dict:
+    """The memory knobs ``plan`` leaves unset (not in ``plan.model_fields_set``) whose framework default
+    (:func:`memory_defaults`) differs from the Plan's, with that default."""
+    return {k: v for k, v in memory_defaults(framework, plan).items()
+            if k not in plan.model_fields_set and getattr(plan, k) != v}
+
+
 def with_memory_defaults(framework: str, plan: Plan) -> Plan:
-    """The plan with the memory knobs it leaves unset (not in ``plan.model_fields_set``) at the framework's
-    defaults: a plan that does not say which loss it computes runs the framework's (Megatron-Core's
-    vocab-parallel cross entropy under Megatron and NeMo, not the Plan's PyTorch default, its upper bound)."""
-    ch = {k: v for k, v in memory_defaults(framework, plan).items()
-          if k not in plan.model_fields_set and getattr(plan, k) != v}
-    return _rebuild(plan, **ch)
+    """The plan with the memory knobs it leaves unset at the framework's defaults: a plan that does not
+    say which loss it computes runs the framework's (Megatron-Core's vocab-parallel cross entropy under
+    Megatron and NeMo, not the Plan's PyTorch default, its upper bound)."""
+    return _rebuild(plan, **_memory_default_changes(framework, plan))
 
 
 RULES: dict[str, tuple[Rule, ...]] = {
@@ -965,13 +970,10 @@ def with_defaults(framework: str, plan: Plan) -> Plan:
     defaults (:func:`memory_defaults`: Megatron's and NeMo's loss is Megatron-Core's vocab-parallel cross
     entropy). The other knobs' defaults are the Plan's."""
     fw = _known(framework)
-    ch: dict = {}
-    if fw == "torchtitan" and "reshard_after_forward" not in plan.model_fields_set and plan.zero == 3:
+    ch = _memory_default_changes(fw, plan)  # taken from the plan as given: a rebuilt plan has every knob set
+    if (fw == "torchtitan" and "reshard_after_forward" not in plan.model_fields_set and plan.zero == 3
+            and plan.reshard_after_forward != (plan.pp == 1)):
         ch["reshard_after_forward"] = plan.pp == 1
-    # the memory knobs at the framework's own defaults (MEMORY_KNOBS: Megatron-Core's vocab-parallel loss, not
-    # the Plan's PyTorch one, which is the upper bound)
-    ch.update({k: v for k, v in memory_defaults(fw, plan).items() if k not in plan.model_fields_set})
-    ch = {k: v for k, v in ch.items() if getattr(plan, k) != v}
     return _rebuild(plan, **ch) if ch else plan
 
 
