@@ -225,10 +225,8 @@ class ModelSpec(NoBoolNumbers):
             elif self.router_group_topk:
                 raise ValueError("router_group_topk: set only together with router_num_groups > 0")
         else:
-            for field in ("experts_per_token", "num_shared_experts", "router_num_groups", "router_group_topk"):
-                if getattr(self, field):
-                    raise ValueError(f"{field}: set only together with num_experts > 0")
-            for field in ("router_bias", "router_expert_bias", "shared_expert_gate", "first_dense_layers",
+            for field in ("experts_per_token", "num_shared_experts", "router_num_groups", "router_group_topk",
+                          "router_bias", "router_expert_bias", "shared_expert_gate", "first_dense_layers",
                           "expert_ffn_hidden_size", "shared_expert_ffn_hidden_size"):
                 if getattr(self, field):
                     raise ValueError(f"{field}: set only together with num_experts > 0")
