@@ -128,8 +128,9 @@ _DROPOUT_KEYS = (
 )
 
 
-# The config keys each spec field is read from (first present wins, as when reading), so that a
-# value the spec refuses is named by the key to fix: "num_experts_per_tok (experts_per_token): ...".
+# The config keys each spec field is read from (first present wins), the one list of each: the readers
+# below take their keys from here, and a value the spec refuses is named by the key to fix:
+# "num_experts_per_tok (experts_per_token): ...".
 _SPEC_KEYS: dict[str, tuple[str, ...]] = {
     "num_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
     "hidden_size": ("hidden_size", "n_embd", "d_model", "n_embed"),
@@ -297,12 +298,12 @@ def _fit_layer_pattern(sparse: list[int], num_layers: int, where: str) -> tuple[
 
 
 def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, ffn: int, where: str) -> dict[str, Any]:
-    key, experts = _get(cfg, ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"))
+    key, experts = _get(cfg, _SPEC_KEYS["num_experts"])
     if key is None:
         return {}
     experts = _count(cfg, key, where)
     if experts == 1:  # one expert is a dense MLP; more than one per token cannot be routed to it
-        k_key, k = _get(cfg, ("num_experts_per_tok", "experts_per_token", "moe_top_k", "top_k"))
+        k_key, k = _get(cfg, _SPEC_KEYS["experts_per_token"])
         if k_key is not None and _as_int(k, k_key, where) > 1:
             raise InputError(f"{where}: {k_key}: {k} exceeds {key} 1; use at most as many experts per token as experts")
     if experts <= 1:
@@ -310,7 +311,7 @@ def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, ffn: int, whe
     # DeepSeek-style keys by the family, or by the experts' own key (a stray n_routed_experts in a
     # Llama 4 config, whose num_local_experts wins, does not make its layer pattern DeepSeek's)
     deepseek = family in DEEPSEEK_FAMILIES or key == "n_routed_experts"
-    k = _int(cfg, ("num_experts_per_tok", "experts_per_token", "moe_top_k", "top_k"), where,
+    k = _int(cfg, _SPEC_KEYS["experts_per_token"], where,
              what="experts used per token")
     llama4 = family.startswith("llama4")
     if llama4:  # intermediate_size is the expert width; the dense MLP is intermediate_size_mlp
@@ -340,10 +341,10 @@ def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, ffn: int, whe
             out["router_score"] = score
         method = _text(cfg.get("topk_method"), "topk_method", where)
         out["router_expert_bias"] = method == "noaux_tc"  # HF DeepseekV3TopkRouter.e_score_correction_bias
-        groups = _int(cfg, ("n_group",), where, required=False) or 1
+        groups = _int(cfg, _SPEC_KEYS["router_num_groups"], where, required=False) or 1
         if groups > 1 and method in ("group_limited_greedy", "noaux_tc"):
             out["router_num_groups"] = groups
-            out["router_group_topk"] = _int(cfg, ("topk_group",), where, what="groups per token")
+            out["router_group_topk"] = _int(cfg, _SPEC_KEYS["router_group_topk"], where, what="groups per token")
             if out["router_group_topk"] > groups:
                 raise InputError(f"{where}: topk_group: {out['router_group_topk']} exceeds n_group {groups}")
     if family in SINK_FAMILIES:
@@ -459,7 +460,7 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
     where = where or _where(name)
     if not isinstance(cfg, dict):
         raise InputError(f"{where}: expected a JSON object, got {type(cfg).__name__}")
-    if not any(k in cfg for k in ("num_hidden_layers", "n_layer", "num_layers", "n_layers")):
+    if not any(k in cfg for k in _SPEC_KEYS["num_layers"]):
         nested = cfg.get("text_config")
         if isinstance(nested, dict):  # multimodal wrappers keep the LM under text_config
             # a null model_type there is the wrapper's (llama4 -> Llama 4's shared expert and layer rules)
@@ -470,17 +471,17 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
                              f"(num_hidden_layers, hidden_size ...), got {short_repr(nested)}")
     family = _text(cfg.get("model_type") or None, "model_type", where)
 
-    layers = _int(cfg, ("num_hidden_layers", "n_layer", "num_layers", "n_layers"), where, what="number of layers")
+    layers = _int(cfg, _SPEC_KEYS["num_layers"], where, what="number of layers")
     if layers > MAX_LAYERS:  # before the MoE layer pattern walks them
-        key, _ = _get(cfg, ("num_hidden_layers", "n_layer", "num_layers", "n_layers"))
+        key, _ = _get(cfg, _SPEC_KEYS["num_layers"])
         raise InputError(f"{where}: {key}: {short_repr(layers)} layers; at most {MAX_LAYERS:,}")
-    hidden = _int(cfg, ("hidden_size", "n_embd", "d_model", "n_embed"), where, what="hidden size")
-    heads = _int(cfg, ("num_attention_heads", "n_head", "num_heads"), where, what="attention heads")
-    vocab = _int(cfg, ("vocab_size", "padded_vocab_size"), where, what="vocabulary size")
-    kv = _int(cfg, ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num"), where, required=False)
+    hidden = _int(cfg, _SPEC_KEYS["hidden_size"], where, what="hidden size")
+    heads = _int(cfg, _SPEC_KEYS["num_heads"], where, what="attention heads")
+    vocab = _int(cfg, _SPEC_KEYS["vocab_size"], where, what="vocabulary size")
+    kv = _int(cfg, _SPEC_KEYS["num_kv_heads"], where, required=False)
     if kv is None and cfg.get("multi_query") is True and not cfg.get("new_decoder_architecture"):
         kv = 1
-    head_dim = _int(cfg, ("head_dim", "kv_channels"), where, required=False)
+    head_dim = _int(cfg, _SPEC_KEYS["head_dim"], where, required=False)
     ffn = _int(cfg, ("intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size"), where, required=False)
     ffn = ffn or 4 * hidden
 
