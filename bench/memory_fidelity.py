@@ -333,18 +333,13 @@ def ran_over_capacity() -> tuple[list[str], list[str]]:
     return over, refused
 
 
-#: bench/moe_recipes.yaml ``differs`` items (the recipe's degree where the published table prints
-#: another) -> the Plan field.
-_DIFFERS = {"mb": "micro_batch", "vp": "vpp", "ep": "ep", "pp": "pp", "gb": "global_batch"}
-
-
 def recipe_degrees_figure(run, cluster) -> tuple[str, bool]:
     """For a row whose recipe (bench/moe_recipes.yaml) names degrees that differ from its published
     table's: (what the least figure at capacity is with the recipe's degrees instead -- which of the
     two ran is unknown, the benchmark prices the table's --, whether it fits); ('', False) when the
     recipe names none or none is valid."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from moe_fidelity import recipe_for
+    from moe_fidelity import recipe_differs, recipe_for
     from plan_search.models.io import InputError
 
     import csv
@@ -352,12 +347,7 @@ def recipe_degrees_figure(run, cluster) -> tuple[str, bool]:
 
     text = resources.files("plan_search.planner").joinpath("runs_2026_12.csv").read_text(encoding="utf-8")
     row = list(csv.DictReader(text.splitlines()))[run.index - 1000]
-    rec = recipe_for(row) or {}
-    upd = {}
-    for item in rec.get("differs") or []:
-        k, _, v = str(item).partition(" ")
-        if k in _DIFFERS:
-            upd[_DIFFERS[k]] = 1 if v == "None" else int(v)
+    upd = recipe_differs(recipe_for(row))
     if not upd:
         return "", False
     plans = []

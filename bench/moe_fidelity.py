@@ -279,6 +279,22 @@ def memory_settings(group: str, model_key: str, rec: dict | None, precision: str
     return out
 
 
+#: bench/moe_recipes.yaml ``differs`` items (the recipe's degree where the published table prints
+#: another) -> the Plan field.
+_DIFFERS = {"mb": "micro_batch", "vp": "vpp", "ep": "ep", "pp": "pp", "gb": "global_batch"}
+
+
+def recipe_differs(rec: dict | None) -> dict:
+    """The Plan fields a recipe entry's ``differs`` items name, with the recipe's values (``vp None``:
+    no interleaving, 1); {} without a recipe or items."""
+    out = {}
+    for item in (rec or {}).get("differs") or []:
+        k, _, v = str(item).partition(" ")
+        if k in _DIFFERS:
+            out[_DIFFERS[k]] = 1 if v == "None" else int(v)
+    return out
+
+
 def _recipe_settled_micro_batch(row: dict, rec: dict | None) -> int | None:
     """The recipe's micro-batch where the row's printed figures contradict each other, else None.
 
@@ -300,8 +316,7 @@ def _recipe_settled_micro_batch(row: dict, rec: dict | None) -> int | None:
     dp = _int(row["num_gpus"]) // (tp * pp * cp)
     if mb * dp * int(m.group(1)) == gb:
         return None
-    said = [int(v) for k, _, v in (str(i).partition(" ") for i in rec.get("differs") or []) if k == "mb"]
-    return said[0] if said else None
+    return recipe_differs(rec).get("micro_batch")
 
 
 def _row_candidates(row: dict, model: ModelSpec, group: str, gpu: str, n: int, model_key: str = ""):
