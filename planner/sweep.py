@@ -304,14 +304,20 @@ def input_files(sweep: Sweep) -> list[Path]:
 
 
 # ------------------------------------------------------------------ one scenario
-def _point_row(fp, index: int | None, recommended: bool) -> dict:
-    p = fp.plan
+def _plan_cells(p) -> dict:
+    """The plan's columns of a result row (tp ... sequence_parallel), for a front point and an estimate alike."""
     return {
-        "point": index, "on_front": True, "recommended": recommended, "system": fp.gpu, "num_gpus": fp.num_gpus,
-        "nodes": fp.nodes, "tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "vpp": p.vpp, "ep": p.ep, "etp": p.etp,
+        "tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "vpp": p.vpp, "ep": p.ep, "etp": p.etp,
         "micro_batch": p.micro_batch, "plan_global_batch": p.global_batch, "grad_accum": p.grad_accum,
         "zero": p.zero, "recompute": p.recompute, "recompute_layers": p.recompute_layers,
-        "sequence_parallel": p.sequence_parallel, "step_time_s": fp.step_time_s, "tokens_per_s": fp.tokens_per_s,
+        "sequence_parallel": p.sequence_parallel,
+    }
+
+
+def _point_row(fp, index: int | None, recommended: bool) -> dict:
+    return {
+        "point": index, "on_front": True, "recommended": recommended, "system": fp.gpu, "num_gpus": fp.num_gpus,
+        "nodes": fp.nodes, **_plan_cells(fp.plan), "step_time_s": fp.step_time_s, "tokens_per_s": fp.tokens_per_s,
         "tokens_per_s_per_gpu": fp.tokens_per_s_per_gpu, "mfu": fp.mfu, "memory_gib": fp.memory_gib,
         "memory_usable_gib": fp.memory_usable_gib, "comm_ratio": fp.comm_ratio, "days": fp.days,
         "gpu_hours": fp.gpu_hours, "cost_usd": fp.cost_usd, "energy_kwh": fp.energy_kwh, "power_kw": fp.power_kw,
@@ -324,10 +330,7 @@ def _estimate_row(e, gpus_per_node: int | None) -> dict:
     run = e.run
     return {
         "point": None, "on_front": False, "recommended": True, "system": e.cluster, "num_gpus": p.num_gpus,
-        "nodes": p.num_gpus / gpus_per_node if gpus_per_node else None, "tp": p.tp, "pp": p.pp, "dp": p.dp,
-        "cp": p.cp, "vpp": p.vpp, "ep": p.ep, "etp": p.etp, "micro_batch": p.micro_batch, "plan_global_batch": p.global_batch,
-        "grad_accum": p.grad_accum, "zero": p.zero, "recompute": p.recompute,
-        "recompute_layers": p.recompute_layers, "sequence_parallel": p.sequence_parallel,
+        "nodes": p.num_gpus / gpus_per_node if gpus_per_node else None, **_plan_cells(p),
         "step_time_s": e.step_time_s, "tokens_per_s": e.tokens_per_s, "tokens_per_s_per_gpu": e.tokens_per_s_per_gpu,
         "mfu": e.mfu, "memory_gib": e.memory.peak_gib, "memory_usable_gib": e.memory.usable_gib,
         "comm_ratio": e.comm_ratio, "days": run.days if run else None, "gpu_hours": run.gpu_hours if run else None,
