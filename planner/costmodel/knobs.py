@@ -23,7 +23,7 @@ import typing
 from dataclasses import dataclass
 from functools import lru_cache
 
-from plan_search.planner.costmodel.plan import Plan
+from plan_search.planner.costmodel.plan import Plan, canonical_choices
 
 #: Plan fields that are the plan's shape rather than knobs.
 SHAPE_FIELDS = ("num_gpus", "dp", "global_batch", "seq_len")
@@ -122,9 +122,9 @@ def parse_value(spec: KnobSpec, text: str):
             return False
         raise ValueError(f"{spec.name}: {t!r} is not on/off")
     if spec.kind == "choice":
-        for c in spec.choices:
-            if low == str(c).lower():
-                return c
+        c = canonical_choices({spec.name: t})[spec.name]  # "FLEX" is flex: the one rule, Plan's
+        if c in spec.choices:
+            return c
         raise ValueError(f"{spec.name}: {t!r} is not one of {', '.join(map(str, spec.choices))}")
     try:
         if spec.kind == "int":

@@ -33,6 +33,8 @@ Terms (Megatron-LM's, Narayanan et al. 2021; Korthikanti et al. 2022):
 
 from __future__ import annotations
 
+import typing
+from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import ConfigDict, Field, model_validator
@@ -97,6 +99,45 @@ def grad_per_microbatch(code, zero, pp):
     reduce-scatter runs once, on the last backward (``stage.py backward_maybe_with_nosync``)."""
     default = (zero == 2) | ((zero == 3) & (pp == 1))
     return ((code == 0) & default) | (code == 2)
+
+
+@lru_cache(maxsize=None)
+def choice_fields() -> dict[str, tuple[str, ...]]:
+    """Plan's choice knobs (its ``Literal`` fields, optional or not) and their values."""
+    out = {}
+    for name, field in Plan.model_fields.items():
+        ann = field.annotation
+        if typing.get_origin(ann) is not Literal:  # Literal[...] | None
+            ann = next((a for a in typing.get_args(ann) if typing.get_origin(a) is Literal), None)
+        if ann is not None:
+            out[name] = tuple(typing.get_args(ann))
+    return out
+
+
+def canonical_choices(data, extra: dict[str, tuple[str, ...]] | None = None):
+    """``data`` (a mapping of plan knobs to a value or a list of values) with the text of each choice
+    knob in its one spelling: stripped and matched without regard to case (``FLEX``, `` Flex `` ->
+    ``flex``). The one place choice text is normalised: :class:`Plan` (the API, plan-estimate), the
+    search's ``Knobs`` (plan-search, JSON requests, sweeps) and the option parser all call it. A text
+    that is no choice is left as given, for the field to refuse naming the choices. ``extra``: more
+    values of a knob that a caller takes (the search's recompute ``partial``)."""
+    if not isinstance(data, dict):
+        return data
+    fields = choice_fields()
+    out = None
+    for k, v in data.items():
+        if k not in fields:
+            continue
+        spelled = {c.lower(): c for c in fields[k] + (extra or {}).get(k, ())}
+
+        def one(x):
+            return spelled.get(x.strip().lower(), x) if isinstance(x, str) else x
+
+        w = [one(x) for x in v] if isinstance(v, (list, tuple)) else one(v)
+        if w != v:
+            out = dict(data) if out is None else out
+            out[k] = w
+    return data if out is None else out
 
 
 class Plan(NoBoolNumbers):
@@ -202,6 +243,11 @@ class Plan(NoBoolNumbers):
         "on bf16 weights: the low 16 bits beside the bf16 weight, store_param_remainders), none 0 (torch Adam "
         "stepping a bf16 model; its moments then bf16: set adam_moments_dtype bf16)")
 
+
+    @model_validator(mode="before")
+    @classmethod
+    def _choices(cls, data):
+        return canonical_choices(data)
 
     @model_validator(mode="before")
     @classmethod

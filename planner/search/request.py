@@ -23,7 +23,7 @@ from plan_search.models.io import NoBoolNumbers, parse_token_count
 from plan_search.planner.costmodel.estimate import Estimate
 from plan_search.planner.costmodel.memory import DEFAULT_MEMORY_HEADROOM
 from plan_search.planner.costmodel.knobs import broadcast_knobs, knob_specs
-from plan_search.planner.costmodel.plan import Plan
+from plan_search.planner.costmodel.plan import Plan, canonical_choices
 
 Objective = Literal["balanced", "fastest", "cheapest", "fewest-gpus", "least-energy", "best-mfu"]
 OBJECTIVES: tuple[str, ...] = ("balanced", "fastest", "cheapest", "fewest-gpus", "least-energy", "best-mfu")
@@ -139,6 +139,7 @@ class _EnumeratedKnobs(_Strict):
         from plan_search.models.io import from_numpy
 
         data = from_numpy(data)  # before an array is taken for a scalar: ep=np.array([4, 8]) is [4, 8]
+        data = canonical_choices(data, {"recompute": ("partial",)})  # "FLEX" is flex, as for a Plan
         if isinstance(data, dict):
             listed = {"allow_cross_node_tp", "max_cp", "max_vpp", "max_micro_batch"}
             data = {k: ([v] if k not in listed and v is not None and not isinstance(v, (list, tuple)) else v)
