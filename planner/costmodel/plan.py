@@ -140,6 +140,22 @@ def canonical_choices(data, extra: dict[str, tuple[str, ...]] | None = None):
     return data if out is None else out
 
 
+def expert_grid_problem(ep: int, etp: int, gpus: int, where: str, more: str) -> str | None:
+    """Why ``gpus`` GPUs (``where``: which ones) cannot be regrouped for the expert layers as
+    ``etp x ep x edp`` (parallel folding: ``etp * ep`` must divide them), as one line naming the
+    fields and the fix (``more``: the caller's other way out); None when they can. The one statement
+    of the rule: :class:`Plan` (every plan priced) and the search's empty-space explanation (forced
+    ``ep``/``etp``) both give it."""
+    prod = ep * etp
+    if gpus % prod == 0:
+        return None
+    how = "exceeds" if prod > gpus else "does not divide"
+    fix = (f"lower ep or etp so that etp*ep divides {gpus}" if prod > gpus else
+           f"use ep and etp whose product divides {gpus}")
+    return (f"ep: etp*ep = {etp}*{ep} = {prod} {how} the {gpus} GPUs {where}, which the expert layers "
+            f"regroup as etp x ep x edp; {fix}, {more}")
+
+
 class Plan(NoBoolNumbers):
     """A parallel execution plan; validates its own arithmetic on construction."""
 
@@ -312,11 +328,11 @@ class Plan(NoBoolNumbers):
             raise ValueError("master_weights: bf16_remainder keeps the low 16 bits of bf16 weights (Megatron-Core "
                              "store_param_remainders); with precision fp16 use master_weights fp32")
         group = self.tp * self.cp * self.dp
-        if group % (self.etp * self.ep):
-            raise ValueError(
-                f"ep: etp*ep ({self.etp}*{self.ep}) must divide the {group} GPUs of a pipeline stage "
-                f"(tp*cp*dp = {self.tp}*{self.cp}*{self.dp}); the expert layers regroup them as etp x ep x edp"
-            )
+        problem = expert_grid_problem(
+            self.ep, self.etp, group, f"of a pipeline stage (tp*cp*dp = {self.tp}*{self.cp}*{self.dp})",
+            f"or make tp*cp*dp (num_gpus / pp) a multiple of {self.ep * self.etp}")
+        if problem:
+            raise ValueError(problem)
         return self
 
     @property

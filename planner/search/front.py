@@ -77,6 +77,7 @@ from plan_search.models.spec import ModelSpec
 
 from plan_search.planner.costmodel.arrays import PlanArrays
 from plan_search.planner.costmodel.estimate import pack
+from plan_search.planner.costmodel.plan import expert_grid_problem
 from plan_search.planner.costmodel.evaluate import GIB, LayoutTerms, evaluate, memory_fit, search_figures
 from plan_search.planner.search.request import (
     MAX_GPUS,
@@ -924,10 +925,12 @@ def explain_infeasible(model, systems: list[System], gbs, seq, request, ms: list
         counts = sorted({int(n) for s in systems for n in s.counts})
         shown = ", ".join(map(str, counts[:6])) + (" ..." if len(counts) > 6 else "")
         near = _nearest_working(model, systems, counts, gbs, seq, request, deadline)
+        why = _forced_expert_problem(request.knobs, counts) or (
+            "tp x pp x cp x dp must equal the GPU count, with tp inside the NVLink domain, pp splitting the "
+            "layers and dp x micro-batch dividing the batch")
         return NoFeasiblePlan(
             f"no valid plan at {shown or 'no GPU count'} GPUs with global batch {'/'.join(map(str, gbs))}: "
-            "tp x pp x cp x dp must equal the GPU count, with tp inside the NVLink domain, pp splitting the "
-            f"layers and dp x micro-batch dividing the batch; {near}", reason="space")
+            f"{why}; {near}", reason="space")
     evaluated = int(sum(m["done"].sum() for m in ms))
     if evaluated < total or cut == "time_limit":
         part = f"{evaluated:,} of {total:,} candidates evaluated" + (
@@ -976,6 +979,22 @@ def explain_infeasible(model, systems: list[System], gbs, seq, request, ms: list
         f"no plan meets the {name.replace('_', ' ')} limit: the best {what} among the plans that satisfy "
         f"{prior} is {best:.4g}{unit} ({_describe_plan(p)}, {s.name}) against a limit of {limit:g}{unit}; {fix}",
         reason=name)
+
+
+def _forced_expert_problem(knobs: Knobs, counts: list[int]) -> str | None:
+    """The expert-grid rule (:func:`expert_grid_problem`, Plan's) when the given ``ep``/``etp``
+    (an unbound one at its least, 1; the given ``pp``, else 1) fit the stage of no GPU count: then
+    that is why the space is empty. None when some count could hold them."""
+    if not (knobs.ep or knobs.etp) or not counts:
+        return None
+    pairs = sorted({(e, t) for e in (knobs.ep or [1]) for t in (knobs.etp or [1])}, key=lambda q: (q[0] * q[1], q))
+    stages = sorted({(n // p, n, p) for n in counts for p in (knobs.pp or [1]) if n % p == 0}, reverse=True)
+    if not stages or any(g % (e * t) == 0 for g, _, _ in stages for e, t in pairs):
+        return None
+    (e, t), (g, n, p) = pairs[0], stages[0]
+    where = (f"of a pipeline stage ({n} GPUs / pp {p})" if p > 1 else
+             "asked" if len(counts) == 1 else "(the most asked)")
+    return expert_grid_problem(e, t, g, where, f"or use a multiple of {e * t * p} GPUs" + (" or a lower pp" if p > 1 else ""))
 
 
 def _nearest_working(model, systems, counts: list[int], gbs, seq, request, deadline: float,
