@@ -994,7 +994,8 @@ def _forced_expert_problem(knobs: Knobs, counts: list[int]) -> str | None:
     (e, t), (g, n, p) = pairs[0], stages[0]
     where = (f"of a pipeline stage ({n} GPUs / pp {p})" if p > 1 else
              "asked" if len(counts) == 1 else "(the most asked)")
-    return expert_grid_problem(e, t, g, where, f"or use a multiple of {e * t * p} GPUs" + (" or a lower pp" if p > 1 else ""))
+    return expert_grid_problem(e, t, g, where,
+                               f"or use a multiple of {e * t * p} GPUs" + (" or a lower pp" if p > 1 else ""))
 
 
 def _nearest_working(model, systems, counts: list[int], gbs, seq, request, deadline: float,
