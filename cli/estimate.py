@@ -171,7 +171,22 @@ def _efficiency_lines(e) -> list[str]:
         f"{e.step_overhead_s:.3g} s, framework {e.framework_overhead_gib:.3g} GiB, fragmentation "
         f"{e.fragmentation:.3g}; kernel fusion {e.kernel_fusion}"
     )
-    return ["efficiency terms"] + _wrap(terms) + _wrap(f"source: {e.source}")
+    return ["efficiency terms"] + _wrap(terms) + _wrap(f"source: {_row_runs(e.source)}")
+
+
+def _row_runs(text: str) -> str:
+    """``text`` with each list of row ids (``[1001,1002,1003,1010]``) as runs, ``[1001-1003, 1010]``:
+    the table wraps between them, not inside a number."""
+    def runs(m):
+        ids, out = [int(v) for v in m.group(1).split(",")], []
+        for v in ids:
+            if out and v == out[-1][1] + 1:
+                out[-1][1] = v
+            else:
+                out.append([v, v])
+        return "[" + ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out) + "]"
+
+    return re.sub(r"\[(\d+(?:,\d+)+)\]", runs, text)
 
 
 #: Short form of planner.estimate.FLOPS_CONVENTION for the table.

@@ -66,6 +66,15 @@ FA2_OVER_CUDNN = round((1 / 595 + 2.5 / 516) / (1 / 370 + 2.5 / 322), 4)
 #: Kernel-efficiency ratios of a framework family to Megatron/TE's (multiplying the megatron terms).
 FAMILY_KERNEL_RATIO = {"torchtitan": {"attention_eff": FA2_OVER_CUDNN},
                        "torchtitan-eager": {"attention_eff": FA2_OVER_CUDNN}}
+#: Where each structural term (term, value) and kernel ratio (term) of a family comes from: the
+#: family prior's ``source`` names it beside the term, ``term=value (why)``.
+FAMILY_TERM_SOURCES = {
+    ("kernel_fusion", "compiled"): "torch.compile per block, torchtitan parallelize_llama.apply_compile @9dec370",
+    ("kernel_fusion", "eager"): "each element-wise op its own pass, planner.costmodel.compute."
+                                "unfused_membound_fwd_bytes",
+    ("zero3_flat", True): "DeepSpeed ZeRO-3 per-module flat collectives",
+    "attention_eff": "FlashAttention-2 over cuDNN fused attention on H100, Shah et al. 2024 (FlashAttention-3)",
+}
 
 #: Static (leakage + idle) power assumed under a power limit: typical idle draw of an H100 SXM
 #: (assumption, not a datasheet figure).
@@ -88,9 +97,12 @@ def family_prior(megatron: EfficiencySpec, name: str) -> EfficiencySpec:
     structural terms (:data:`FAMILY_STRUCTURE`)."""
     ratios = FAMILY_KERNEL_RATIO.get(name, {})
     kernels = {t: getattr(megatron, t) * r for t, r in ratios.items()}
-    what = {**FAMILY_STRUCTURE.get(name, {}), **{f"{t} x": r for t, r in ratios.items()}}
+    what = [f"{t}={v} ({FAMILY_TERM_SOURCES[t, v]})" for t, v in FAMILY_STRUCTURE.get(name, {}).items()] + [
+        f"{t}={kernels[t]:.3g} (the megatron profile's {getattr(megatron, t):.3g} x {r:g}: {FAMILY_TERM_SOURCES[t]})"
+        for t, r in ratios.items()]
     return megatron.model_copy(update={**FAMILY_STRUCTURE.get(name, {}), **kernels, "source": (
-        f"{name} family prior: structural terms {what or 'none'} on the megatron profile ({megatron.source})")})
+        f"{name} family prior: {'; '.join(what) if what else 'no structural terms'}; every other term the "
+        f"megatron profile's ({megatron.source})")})
 
 
 def profile_name(framework: str | None, compiled: bool = True) -> str:
