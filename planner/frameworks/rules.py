@@ -782,9 +782,14 @@ def memory_defaults(framework: str, plan: Plan | None = None) -> dict:
     remainders (:data:`MCORE_REMAINDER_PRECISIONS`) the master weights are bf16 remainders unless the plan
     says otherwise (sources: _MLM_OPT)."""
     fw = _known(framework)
+    return _memory_defaults(fw, *((plan.adam_moments_dtype, plan.precision) if plan is not None else (None, None)))
+
+
+def _memory_defaults(fw: str, adam_moments_dtype: str | None, precision: str | None) -> dict:
+    """:func:`memory_defaults` for a plan with these Adam moments and precision (None, None: no plan)."""
     out = {k: v[0] for k, v in MEMORY_KNOBS[fw].items()}
-    if (plan is not None and fw in ("megatron", "nemo") and plan.adam_moments_dtype != "fp32"
-            and plan.precision in MCORE_REMAINDER_PRECISIONS):
+    if (fw in ("megatron", "nemo") and adam_moments_dtype not in (None, "fp32")
+            and precision in MCORE_REMAINDER_PRECISIONS):
         out["master_weights"] = "bf16_remainder"
     return out
 
@@ -1035,15 +1040,17 @@ class Capabilities:
             upd["tp"] = [1]
         # the memory knobs: the framework's default when none is given, else the given values it runs; none of
         # them is bad input naming the values it runs (the search would find no plan)
+        def asked(knob):
+            return getattr(k, knob, None) or [Plan.model_fields[knob].default]
+
+        # what memory_defaults makes of the moments and recipes asked (bf16 moments under Megatron-Core: bf16
+        # master remainders where the recipe keeps them); the rules keep each plan's valid value
+        defaults = [_memory_defaults(self.framework, a, p) for a in asked("adam_moments_dtype")
+                    for p in asked("precision")]
         for name, ok in MEMORY_KNOBS[self.framework].items():
             given = getattr(k, name, None)
             if given is None:
-                upd[name] = [ok[0]]
-                if (name == "master_weights" and "bf16_remainder" in ok
-                        and any(v != "fp32" for v in (getattr(k, "adam_moments_dtype", None) or ()))):
-                    # bf16 moments asked for: Megatron-Core keeps bf16 remainders where its recipe allows
-                    # (memory_defaults); the rules keep each plan's one valid value
-                    upd[name] = [ok[0], "bf16_remainder"]
+                upd[name] = list(dict.fromkeys([ok[0]] + [d[name] for d in defaults]))
                 continue
             keep = [v for v in given if v in ok]
             if not keep:
