@@ -1,5 +1,5 @@
 """A choice knob's value (every Literal field of Plan: moe_dispatcher, precision, recompute,
-pp_schedule, ...) is taken without regard to case or surrounding spaces, in one place
+pp_schedule, ...) is taken without regard to case, surrounding spaces or - against _, in one place
 (plan.canonical_choices), by every interface: the API, plan-estimate, a plan-search JSON request,
 a sweep; a value that is no choice is refused in one line naming the field and its choices."""
 
@@ -33,7 +33,8 @@ def test_every_choice_of_every_plan_field_in_any_case():
     base = dict(num_gpus=8, pp=2, global_batch=16, seq_len=1024)  # dualpipe's even pp and micro-batches
     for name, choices in fields.items():
         for c in choices:
-            for given in (c.upper(), f" {c.title()} "):
+            swapped = c.translate(str.maketrans("-_", "_-")).upper()  # BF16-REMAINDER, FP8_CURRENT
+            for given in (c.upper(), f" {c.title()} ", swapped):
                 assert getattr(plan_search.Plan(**base, **{name: given}), name) == c
 
 
@@ -61,6 +62,7 @@ def test_plan_estimate_cli_takes_any_case_and_refuses_a_non_choice():
                                                                                "--pp-schedule", "1F1B")
     assert upper["step_time_s"] == lower["step_time_s"]
     assert upper["plan"]["moe_dispatcher"] == "flex"
+    assert run("--master-weights", "BF16-REMAINDER")["plan"]["master_weights"] == "bf16_remainder"
     r = CliRunner().invoke(estimate_main, MIXTRAL + ["--moe-dispatcher", "flexx"])
     assert r.exit_code == 2
     line = _one_line(r)

@@ -114,10 +114,15 @@ def choice_fields() -> dict[str, tuple[str, ...]]:
     return out
 
 
+def _folded(text: str) -> str:
+    return text.strip().lower().replace("-", "_")
+
+
 def canonical_choices(data, extra: dict[str, tuple[str, ...]] | None = None):
     """``data`` (a mapping of plan knobs to a value or a list of values) with the text of each choice
-    knob in its one spelling: stripped and matched without regard to case (``FLEX``, `` Flex `` ->
-    ``flex``). The one place choice text is normalised: :class:`Plan` (the API, plan-estimate), the
+    knob in its one spelling: stripped and matched without regard to case or to ``-`` against ``_``
+    (``FLEX``, `` Flex `` -> ``flex``; ``BF16-REMAINDER`` -> ``bf16_remainder``, ``fp8_current`` ->
+    ``fp8-current``: no two choices differ only so). The one place choice text is normalised: :class:`Plan` (the API, plan-estimate), the
     search's ``Knobs`` (plan-search, JSON requests, sweeps) and the option parser all call it. A text
     that is no choice is left as given, for the field to refuse naming the choices. ``extra``: more
     values of a knob that a caller takes (the search's recompute ``partial``)."""
@@ -128,10 +133,10 @@ def canonical_choices(data, extra: dict[str, tuple[str, ...]] | None = None):
     for k, v in data.items():
         if k not in fields:
             continue
-        spelled = {c.lower(): c for c in fields[k] + (extra or {}).get(k, ())}
+        spelled = {_folded(c): c for c in fields[k] + (extra or {}).get(k, ())}
 
         def one(x):
-            return spelled.get(x.strip().lower(), x) if isinstance(x, str) else x
+            return spelled.get(_folded(x), x) if isinstance(x, str) else x
 
         w = [one(x) for x in v] if isinstance(v, (list, tuple)) else one(v)
         if w != v:
