@@ -377,3 +377,19 @@ def test_alltoall_dispatcher_pays_its_second_permutation():
     kw1 = dict(kw, num_gpus=128, ep=128, global_batch=1024)
     one = _est("qwen3-30b-a3b", **kw1, moe_dispatcher="alltoall").time.memory_bound_s
     assert one == pytest.approx(_est("qwen3-30b-a3b", **kw1, moe_dispatcher="flex").time.memory_bound_s, rel=1e-12)
+
+
+def test_flex_dispatcher_sends_a_token_once_per_rank_it_reaches():
+    """DeepEP / HybridEP exchange tokens, not routed rows: a token goes once to each expert-parallel rank
+    holding any of its experts and a rank's expert outputs are summed before the combine (Megatron-Core
+    _DeepepManager / _HybridEPManager). DeepSeek-V3 on ep 8 inside one node: its top-8 experts lie in 4
+    of 8 groups, one group per rank, so a token reaches 4 (1 - (3/4)^8) = 3.60 ranks where the
+    all-to-all sends 8 rows: the exposed exchange is 0.45x the all-to-all's. Qwen3-30B-A3B (128
+    experts, top-8, no groups) reaches 8 (1 - (7/8)^8) = 5.25 of 8 ranks: 0.66x."""
+    kw = dict(num_gpus=64, tp=1, pp=8, ep=8, global_batch=512, recompute="full", moe_overlap=False)
+    ds = {d: _est("deepseek-v3", moe_dispatcher=d, first_stage_layers=7, last_stage_layers=6, **kw).time.ep_comm_s
+          for d in ("alltoall", "flex")}
+    assert ds["flex"] / ds["alltoall"] == pytest.approx(4 * (1 - 0.75 ** 8) / 8, rel=0.03)
+    kw.update(num_gpus=8, pp=1)
+    qw = {d: _est("qwen3-30b-a3b", moe_dispatcher=d, **kw).time.ep_comm_s for d in ("alltoall", "flex")}
+    assert qw["flex"] / qw["alltoall"] == pytest.approx(8 * (1 - (7 / 8) ** 8) / 8, rel=0.03)

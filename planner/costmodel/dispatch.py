@@ -15,11 +15,19 @@ plus 2 more per fully recomputed layer). Three dispatchers (Megatron-Core
   (time = the slower) at ``a2a_bw_eff`` of each link, plus one latency per level.
   With ``etp > 1`` the received rows are then all-gathered over the ``etp`` group (combine:
   reduce-scattered), priced as :func:`comm.collective_s`.
-- ``flex`` (DeepEP / HybridEP): the same NVLink part, but a token crosses the NIC once per
-  *distinct remote domain* among its ``k`` experts and is forwarded inside the domain over NVLink:
-  NIC bytes per token ``h * 2`` times the remote domains its experts sit in
-  (:func:`remote_domains_per_token`: ``(G - 1)(1 - (1 - 1/G)^k)`` for ``G = ep / k_d`` domains and
-  uniform routing, fewer under group-limited routing; DeepSeek-V3 Sec. 3.2.2).
+- ``flex`` (DeepEP / HybridEP): tokens, not routed rows, are exchanged. A token goes once to each
+  *distinct rank* holding any of its ``k`` experts and is expanded into expert rows on arrival; the
+  combine sums a rank's expert outputs per token before sending one row back (Megatron-Core
+  ``_DeepepManager``: ``fused_dispatch`` returns the received tokens with their top-k indices, then
+  ``get_permuted_hidden_states_by_experts`` permutes them by local expert and
+  ``get_restored_hidden_states_by_experts`` un-permutes to the received tokens before
+  ``fused_combine``; ``_HybridEPManager`` does the same permutations inside its dispatch and combine
+  kernels: megatron/core/transformer/moe/token_dispatcher.py@d98e8a64). NVLink bytes per token
+  ``h * 2`` times the distinct ranks it reaches (:func:`ranks_per_token`), where the all-to-all
+  sends ``k`` rows. Across domains a token crosses the NIC once per *distinct remote domain* and is
+  forwarded inside it over NVLink (:func:`remote_domains_per_token`: ``(G - 1)(1 - (1 - 1/G)^k)``
+  for ``G = ep / k_d`` domains and uniform routing; fewer under group-limited routing, DeepSeek-V3
+  Sec. 3.2.2).
 - ``allgather``: every GPU all-gathers the ``T_loc`` rows of the ``ep * etp`` expert group and
   reduce-scatters the outputs back (:func:`comm.collective_s` ring costs).
 
@@ -82,6 +90,27 @@ def _a2a_s(intra_bytes, inter_bytes, crosses, cluster: ClusterSpec):
     return np.maximum(intra_bytes / b_in, inter_bytes / b_out) + lat
 
 
+def _distinct_hit(model: ModelSpec, G):
+    """Expected distinct units, of ``G`` equal units holding the experts evenly, that one token's
+    ``k`` experts sit in under uniform routing: ``D (1 - (1 - 1/D)^k)``, where group-limited routing
+    (``router_num_groups`` groups, ``router_group_topk`` chosen per token) confines the picks to
+    ``D = min(G, topk_group x max(1, G / groups))`` units."""
+    k = model.experts_per_token
+    G = np.asarray(G, dtype=float)
+    D = G
+    if getattr(model, "router_num_groups", 0) and getattr(model, "router_group_topk", 0):
+        D = np.minimum(G, model.router_group_topk * np.maximum(1.0, G / model.router_num_groups))
+    D = np.maximum(D, 1.0)
+    return D * (1.0 - (1.0 - 1.0 / D) ** k)
+
+
+def ranks_per_token(model: ModelSpec, ep):
+    """Expected distinct expert-parallel ranks (of ``ep``, own rank included) one token's ``k``
+    experts sit in: what the ``flex`` dispatcher sends per token where the all-to-all sends ``k``
+    rows. DeepSeek-V3 (256 experts, top-8 in 4 of 8 groups) on ep 8: 3.6 ranks, not 8 rows."""
+    return _distinct_hit(model, ep)
+
+
 def remote_domains_per_token(model: ModelSpec, G):
     """Expected NVLink domains other than its own that one token's ``k`` experts sit in, with the
     experts spread evenly over ``G`` domains and routing uniform. Group-limited routing
@@ -90,13 +119,8 @@ def remote_domains_per_token(model: ModelSpec, G):
     Megatron-Core sets them for node-limited routing) confines the ``k`` picks to the domains of the
     chosen groups: ``D = min(G, topk_group x max(1, G / groups))`` domains, ``D (1 - (1 - 1/D)^k)``
     of them hit, ``(G - 1)/G`` of those remote."""
-    k = model.experts_per_token
     G = np.asarray(G, dtype=float)
-    D = G
-    if getattr(model, "router_num_groups", 0) and getattr(model, "router_group_topk", 0):
-        D = np.minimum(G, model.router_group_topk * np.maximum(1.0, G / model.router_num_groups))
-    D = np.maximum(D, 1.0)
-    return D * (1.0 - (1.0 - 1.0 / D) ** k) * (G - 1.0) / G
+    return _distinct_hit(model, G) * (G - 1.0) / G
 
 
 def exchange_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
@@ -114,7 +138,10 @@ def exchange_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
     G = ep / kd
     distinct_remote = remote_domains_per_token(model, G)
     inter_flex = Tl * h * per_elem * distinct_remote * experts.imbalance(x)
-    intra_flex = intra + inter_flex * (kd - 1) / kd  # forwarded inside the destination domain
+    # one token per distinct rank: to the others of the own domain, and forwarded inside each remote
+    # domain from the rank its NIC copy lands on to the other ranks it reaches there
+    token_ranks = Tl * h * per_elem * ranks_per_token(model, ep) * experts.imbalance(x)
+    intra_flex = token_ranks * ((kd - 1) / ep + (ep - kd) / ep * (kd - 1) / kd)
     a2a = _a2a_s(intra, inter_a2a, crosses, cluster)
     flex = _a2a_s(intra_flex, inter_flex, crosses, cluster)
     # etp > 1: the rows an ep rank receives are gathered over its etp group (combine: scattered)
