@@ -162,25 +162,28 @@ class EfficiencySpec(_Frozen):
       combine hidden when ``moe_overlap`` is on (Megatron ``--overlap-moe-expert-parallel-comm``,
       DeepSeek-V3's DualPipe); ``moe_membound_eff`` scales the router, permutation and
       un-permutation bytes (gather/scatter kernels, not streaming); ``grouped_gemm_rows_scale`` the
-      grouped GEMMs' loss with few token rows per expert (``planner.costmodel.experts.rows_efficiency``).
-      The five defaults are the values
+      grouped GEMMs' loss with few token rows per expert (``planner.costmodel.experts.rows_efficiency``);
+      ``grouped_gemm_call_s`` the time each local expert's GEMM adds (one cuBLAS GEMM per expert:
+      ``planner.costmodel.experts.GROUPED_GEMM_CALL_NOTE``).
+      The six defaults are the values
       shared by every system in the joint fit of ``python bench/moe_fidelity.py --refit --write``
       (2026-12-01: the 61 MoE rows of ``planner/runs_2026_12.csv`` with a step time or tokens/s --
       Megatron-Bridge 25.09-26.06 on H100/B200/B300/GB200/GB300, Megatron-MoE-ModelZoo Qwen3-235B on
       H100, NeMo AutoModel on H100, the DeepSeek-V3 production run on H800 -- and the dense SFT
       Llama-3-70B rows 1011-1014 on GB200/GB300, with a GEMM efficiency per die and a fused-attention
-      efficiency for Blackwell); the systems with rows carry them, with the rows each term saw, in the
+      efficiency for Blackwell, the HGX and NVL72 parts of a die alike); the systems with rows carry them, with the rows each term saw, in the
       megatron entries of ``hardware/efficiency_profiles.yaml``. The fit minimises Huber's loss of the
       log errors (``bench/moe_fidelity.HUBER_DELTA``: a few rows are gross measurement errors). Median
-      error 10.1%, p90 33.9% (floors 10%/20% not met); leave-one-model-out DeepSeek-V3 14.5%,
-      Qwen3-235B 13.4% (with the flex dispatcher's tokens sent once per rank, ``dispatch.ranks_per_token``, the
+      error 11.3%, p90 34.9% (floors 10%/20% not met); leave-one-model-out DeepSeek-V3 6.6%,
+      Qwen3-235B 11.5% (with the grouped GEMMs' per-expert call time, fitted 35.6 us, the flex
+      dispatcher's tokens sent once per rank, ``dispatch.ranks_per_token``, the
       alltoall dispatcher's second permutation priced, ``experts.SORT_CHUNKS_BYTES``, the routed rows'
       low-precision casts, ``experts.expert_cast_bytes``, GPT-OSS's eager activation clamp and
       expert bias, ``experts.CLAMP_FWD_BYTES`` and ``EXPERT_BIAS_FWD_BYTES``, Transformer Engine's FP8 row
       padding under the alltoall and allgather dispatchers, ``experts.FP8_PAD_BYTES``, and
       ``grouped_gemm_rows_scale``: the token rows per expert at which a grouped GEMM keeps 1 - 1/e of its
-      efficiency, fitted 664). The MoE terms
-      are weakly identified (``ep_overlap`` 0.63-0.71 and Blackwell's ``attention_eff`` across the
+      efficiency, fitted 123, about one 128-row tile). The MoE terms
+      are weakly identified (``ep_overlap`` and Blackwell's ``attention_eff`` move across the
       leave-one-model-out refits) and the rows disagree by container version (the same configuration
       2x apart, in opposite directions for two models): see the benchmark's output.
     """
@@ -203,12 +206,16 @@ class EfficiencySpec(_Frozen):
     # peak (planner.costmodel.memory.MEMORY_FIT_NOTE; leave-one-table-out fits 0.27-0.38)
     fragmentation: float = Field(default=0.31, ge=0, le=10)
     step_overhead_s: float = Field(default=0.05, ge=0, le=1e4)
-    a2a_bw_eff: float = Field(default=0.9222, gt=0, le=1)
-    grouped_gemm_eff: float = Field(default=0.7729, gt=0, le=1)
-    ep_overlap: float = Field(default=0.7107, ge=0, le=1)
-    moe_membound_eff: float = Field(default=0.2812, gt=0, le=1)
+    a2a_bw_eff: float = Field(default=0.9037, gt=0, le=1)
+    grouped_gemm_eff: float = Field(default=0.7684, gt=0, le=1)
+    ep_overlap: float = Field(default=0.6602, ge=0, le=1)
+    moe_membound_eff: float = Field(default=0.5152, gt=0, le=1)
+    grouped_gemm_call_s: float = Field(
+        default=3.557e-05, ge=0, le=1e-2, description="seconds each local expert's GEMM adds to a grouped expert GEMM "
+        "(one cuBLAS GEMM and quantize per expert in Transformer Engine's GroupedLinear: "
+        "planner.costmodel.experts.GROUPED_GEMM_CALL_NOTE)")
     grouped_gemm_rows_scale: float = Field(
-        default=664.4398, ge=0, le=1e6, description="token rows per expert at which a grouped expert GEMM reaches "
+        default=123.2, ge=0, le=1e6, description="token rows per expert at which a grouped expert GEMM reaches "
         "1 - 1/e of its efficiency (planner.costmodel.experts.rows_efficiency); 0: no dependence on the rows")
     kernel_fusion: Literal["fused", "compiled", "eager"] = Field(
         default="fused", description="how the framework runs the element-wise ops between GEMMs: fused "

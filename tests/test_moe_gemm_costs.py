@@ -72,3 +72,23 @@ def test_grouped_gemm_slows_with_few_rows_per_expert():
         assert on.time.compute_s - off.time.compute_s == pytest.approx(routed_off * (1.0 / keep - 1.0), rel=1e-6)
     # fewer rows per expert, slower: the ep 1 plan's routed GEMMs lose more than the ep 8 plan's
     assert experts.rows_efficiency(256, c) < experts.rows_efficiency(2048, c) < 1.0
+
+
+def test_each_local_experts_gemm_adds_its_call_time():
+    """Transformer Engine's GroupedLinear runs one cuBLAS GEMM per local expert (experts.GROUPED_GEMM_CALL_NOTE):
+    each costs grouped_gemm_call_s on top of its FLOPs, 2 calls per local expert forward (fc1, fc2) and 4
+    backward (data and weight gradients). Qwen3-30B-A3B on 8 GPUs, ep 8: 16 local experts, 48 MoE layers,
+    8 micro-batches: 8 x 48 x 6 x 16 calls; ep 4 doubles the local experts and so the calls."""
+    from plan_search.hardware.catalog import get_cluster
+
+    c = get_cluster("h100-sxm")
+    t = 40e-6
+
+    def at(call_s, ep):
+        cl = c.model_copy(update={"efficiency": c.efficiency.model_copy(update={"grouped_gemm_call_s": call_s})})
+        return ps.estimate("qwen3-30b-a3b", cl, num_gpus=8, ep=ep, global_batch=64, seq_len=4096,
+                           recompute="none", moe_imbalance=1.0).time
+    base, on = at(0.0, 8), at(t, 8)
+    assert on.compute_s - base.compute_s == pytest.approx(8 * 48 * 6 * 16 * t, rel=1e-6)
+    assert at(t, 4).compute_s - at(0.0, 4).compute_s == pytest.approx(8 * 48 * 6 * 32 * t, rel=1e-6)
+    assert on.ep_comm_s == pytest.approx(base.ep_comm_s, rel=1e-12)

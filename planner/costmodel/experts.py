@@ -116,6 +116,19 @@ FP8_PAD_BYTES = 2.0 * (2.0 + 2.0)
 #: ``weighted_bias_swiglu_impl``, moe/experts.py@d98e8a64) and un-permutes without probs
 #: (moe/token_dispatcher.py@d98e8a64 ``unpermute(...)`` in the alltoall and flex dispatchers).
 UNPERMUTE_BYTES = 2.0
+#: What ``EfficiencySpec.grouped_gemm_call_s`` stands for: a grouped expert GEMM is not one kernel.
+#: Transformer Engine's ``GroupedLinear`` (what Megatron-Core's ``TEGroupedMLP`` runs) issues one cuBLAS
+#: GEMM per local expert, spread over a few CUDA streams, and under a low-precision recipe one
+#: quantize kernel per expert's rows (NVIDIA/TransformerEngine@v2.8
+#: ``transformer_engine/common/gemm/cublaslt_gemm.cu`` ``nvte_multi_stream_cublas_gemm``, the same through
+#: v2.18; ``pytorch/csrc/extensions/cast.cpp`` split quantize); a single grouped kernel runs only behind
+#: opt-in switches (``NVTE_USE_CUTLASS_GROUPED_GEMM`` from v2.8, ``NVTE_GROUPED_LINEAR_USE_FUSED_GROUPED_GEMM``
+#: from v2.17) that no calibrated recipe sets. Each local expert's GEMM therefore carries a fixed time
+#: (launch, per-stream synchronisation, the host's per-expert work) on top of its FLOPs: a forward
+#: fc1 + fc2 is ``2 x E/ep`` calls, the backward's data and weight gradients ``4 x E/ep``. Without it the
+#: fit put the cost of many local experts (HGX rows, 16-32 per GPU) on a GEMM efficiency per board
+#: (an HGX/NVL72 ratio of 0.66, no physical reading) and on a rows efficiency that fell at 900 rows.
+GROUPED_GEMM_CALL_NOTE = "one cuBLAS GEMM per local expert (TE GroupedLinear)"
 #: Rows of one tile of a grouped expert GEMM: each expert's token rows are computed in whole tiles
 #: (DeepGEMM's contiguous-layout grouped GEMM aligns every expert's rows to its M block of 128,
 #: deepseek-ai/DeepGEMM README "get_m_alignment_for_contiguous_layout"; CUTLASS grouped GEMMs run
@@ -289,7 +302,8 @@ def _grouped_gemm_s(rows, groups, k, n, cluster: ClusterSpec, fp8, balanced=True
     precision recipe ``fp8`` (a ``PlanArrays.fp8`` code: peaks and operand bytes of
     :data:`compute.RECIPES`, as :func:`compute._gemm_s` prices a dense GEMM). Each expert's rows run
     in whole tiles of :data:`GROUPED_GEMM_TILE_M` rows: ``ceil(per / tile) * tile`` with ``balanced``
-    routing (every expert gets the same count), half a tile more than ``per`` on average otherwise."""
+    routing (every expert gets the same count), half a tile more than ``per`` on average otherwise.
+    Each of the ``groups`` GEMMs also costs ``grouped_gemm_call_s`` (:data:`GROUPED_GEMM_CALL_NOTE`)."""
     gpu, e = cluster.gpu, cluster.efficiency
     per = rows / groups
     tile = GROUPED_GEMM_TILE_M
@@ -305,7 +319,7 @@ def _grouped_gemm_s(rows, groups, k, n, cluster: ClusterSpec, fp8, balanced=True
     qbytes = compute._recipe_table("elem_bytes", code)
     traffic = groups * k * n * qbytes + rows * (k * qbytes + n * compute.BF16_BYTES)
     hbm = gpu.hbm_bandwidth_gbps * 1e9 * e.hbm_eff
-    return np.maximum(flops / np.maximum(rate, 1e-30), traffic / hbm)
+    return np.maximum(flops / np.maximum(rate, 1e-30), traffic / hbm) + groups * e.grouped_gemm_call_s
 
 
 def _mlp_fwd_s(model: ModelSpec, cluster: ClusterSpec, tokens, ffn_local, fp8):
