@@ -92,3 +92,23 @@ def test_each_local_experts_gemm_adds_its_call_time():
     assert on.compute_s - base.compute_s == pytest.approx(8 * 48 * 6 * 16 * t, rel=1e-6)
     assert at(t, 4).compute_s - at(0.0, 4).compute_s == pytest.approx(8 * 48 * 6 * 32 * t, rel=1e-6)
     assert on.ep_comm_s == pytest.approx(base.ep_comm_s, rel=1e-12)
+
+
+def test_torchtitan_runs_the_experts_as_one_grouped_kernel():
+    """torchtitan's MoE experts are one torch._grouped_mm per GEMM (hardware.profiles.FAMILY_STRUCTURE):
+    no per-expert call time, where Megatron (Transformer Engine's GroupedLinear) pays it for each local
+    expert; the profile's source says why. The same plan on the same GPU differs by at least those calls
+    (8 micro-batches x 48 layers x 6 x 16 local experts)."""
+    kw = dict(num_gpus=8, ep=8, global_batch=64, seq_len=4096, recompute="none", moe_imbalance=1.0, zero=3)
+    tt = ps.estimate("qwen3-30b-a3b", "h100-sxm", framework="torchtitan", **kw)
+    mg = ps.estimate("qwen3-30b-a3b", "h100-sxm", framework="megatron", **kw)
+    assert tt.efficiency.grouped_gemm_call_s == 0.0 and "torch._grouped_mm" in tt.efficiency.source
+    assert mg.efficiency.grouped_gemm_call_s > 1e-6
+    # torchtitan's own profile with Megatron's per-expert call time put back: slower by exactly the calls
+    c = get_cluster("h100-sxm")
+    back = c.model_copy(update={"efficiency": tt.efficiency.model_copy(
+        update={"grouped_gemm_call_s": mg.efficiency.grouped_gemm_call_s})})
+    as_tt = c.model_copy(update={"efficiency": tt.efficiency})
+    calls = 8 * 48 * 6 * 16 * mg.efficiency.grouped_gemm_call_s
+    assert ps.estimate("qwen3-30b-a3b", as_tt, **kw).time.compute_s == pytest.approx(tt.time.compute_s, rel=1e-12)
+    assert ps.estimate("qwen3-30b-a3b", back, **kw).time.compute_s - tt.time.compute_s == pytest.approx(calls, rel=1e-6)
