@@ -350,7 +350,10 @@ def test_grouped_expert_gemms_run_whole_tiles():
     kw = dict(num_gpus=64, tp=8, ep=8, global_batch=64, recompute="none")
     a = _est("mixtral-8x7b", seq_len=512, **kw).time.compute_s
     b = _est("mixtral-8x7b", seq_len=520, **kw).time.compute_s
-    assert b > 1.7 * a
+    # the step of the whole compute (attention and the rest grow 1.6%): 1.63x since the rows per expert
+    # enter the grouped GEMMs' efficiency once (experts.rows_efficiency), 1.7x+ when the dense curve
+    # also took them
+    assert b > 1.55 * a
     ra = _est("mixtral-8x7b", seq_len=512, **{**kw, "moe_imbalance": 1.1}).time.compute_s
     rb = _est("mixtral-8x7b", seq_len=520, **{**kw, "moe_imbalance": 1.1}).time.compute_s
     assert 0.97 < rb / ra < 1.05  # no tile step: 1.1 x 128 and 1.1 x 130 rows plus half a tile each

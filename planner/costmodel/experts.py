@@ -23,10 +23,11 @@ force-balanced routing; the Megatron-MoE ModelZoo measures real routing 4-20% sl
 
 Grouped GEMMs: the dense GEMM roofline of :mod:`compute` (peak x the calibrated efficiency curve,
 never faster than streaming weights and activations from HBM) with the efficiency curve taken at
-the smallest of the three dimensions (tokens per expert, ``h``, ``f_e / etp``: small per-expert
-GEMMs lose efficiency) and ``grouped_gemm_eff`` of it, times :func:`rows_efficiency` of the token rows
-per expert (``1 - exp(-rows / grouped_gemm_rows_scale)``: short per-expert GEMMs, one cuBLAS GEMM per
-local expert in Transformer Engine's grouped linear). The HBM term carries all local experts'
+the smaller weight dimension (``h``, ``f_e / etp``: narrow experts lose efficiency) and
+``grouped_gemm_eff`` of it, times :func:`rows_efficiency` of the token rows per expert
+(``1 - exp(-rows / grouped_gemm_rows_scale)``: short per-expert GEMMs, one cuBLAS GEMM per local
+expert in Transformer Engine's grouped linear) -- the rows counted there once, not also in the
+dense curve -- plus each local expert's call time (:data:`GROUPED_GEMM_CALL_NOTE`). The HBM term carries all local experts'
 weights, so few tokens per expert make the layer memory-bound, as measured for fine-grained MoE.
 Low-precision recipes quantize every routed row's GEMM operands (:func:`expert_cast_bytes`: ``k``
 times the rows a dense MLP quantizes), at HBM rate as the dense casts.
@@ -309,7 +310,7 @@ def _grouped_gemm_s(rows, groups, k, n, cluster: ClusterSpec, fp8, balanced=True
     tile = GROUPED_GEMM_TILE_M
     per_run = np.where(balanced, np.ceil(per / tile) * tile, per + tile / 2.0)
     flops = 2.0 * groups * per_run * k * n
-    eff = compute.gemm_efficiency(np.minimum(np.minimum(per, k), n), cluster) * e.grouped_gemm_eff * rows_efficiency(
+    eff = compute.gemm_efficiency(np.minimum(k, n), cluster) * e.grouped_gemm_eff * rows_efficiency(
         per, cluster)
     peak_bf16 = gpu.peak("bf16") * 1e12
     peaks = np.array([peak_bf16] + [gpu.peak_tflops.get(compute.RECIPES[c]["peak"], gpu.peak("bf16")) * 1e12
