@@ -19,6 +19,19 @@ What was found since (issue 12):
   refit's ``gemm_eff_max`` drops 0.580 -> 0.570 as the 2024 interleaved rows get cheaper, and the
   AutoModel row has no pipeline to gain back). Scenario ``interleaved sends hidden`` below.
 
+- Tried and not merged (2026-12-01, session 5): Hopper's Megatron attention at NVIDIA's cuDNN 9.19
+  measurement (0.573 of the bf16 peak: NVIDIA/cudnn-frontend@3929da2
+  ``benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn/llama3.1_*.csv``, head dim 128,
+  causal, 8K: forward 644 / backward 541 TFLOP/s) as a cited prior of the h100-sxm fit, with a fitted
+  ``cp_attention_eff`` (the fraction of that rate the context-parallel ring keeps; fitted 0.556). In
+  sample every source improved (median 4.3%, p90 9.0%, worst source 5.7%) and Megatron-Bridge H100
+  held out fell 11.9 -> 6.3%, but the refit moved ``gemm_dim_scale`` 337 -> 1712 and the NeMo
+  long-sequence rows held out rose 4.7 -> 12.4% (the ring share is then fitted on the 405B rows'
+  cp 2 alone), torchtitan held out 6.0 -> 9.5%; the MoE rows, which carry the H100 terms, went from
+  median 11.4% / p90 35.0% to 11.3% / 38.5% (leave out DeepSeek-V3 6.5 -> 11.1%). The failing
+  floor moves from one source to another; reverted. Scenario ``cuDNN SDPA rate on every H100
+  megatron row`` below is its core without the ring share.
+
 What is left:
 
 - The recipes hold nothing the model misprices on the last stage: Megatron-Bridge r0.1-r0.3
