@@ -267,9 +267,8 @@ def fp8_pad_bytes(model: ModelSpec, x: PlanArrays):
     MoE layer and micro-batch, one GPU, forward (the backward moves the same): :data:`FP8_PAD_BYTES`
     per routed row and hidden element in the low-precision layers with the ``alltoall`` or
     ``allgather`` dispatcher; zero in bf16 and with ``flex`` (HybridEP pads in its dispatch)."""
-    on = (x.fp8 > 0) & (x.moe_disp != 2)
-    lowp = compute.lowp_share(x)
-    return np.where(on, lowp * FP8_PAD_BYTES * routed_rows(model, x) * model.hidden_size, 0.0)
+    lowp = compute.lowp_share(x)  # 0 in bf16
+    return np.where(x.moe_disp != 2, lowp * FP8_PAD_BYTES * routed_rows(model, x) * model.hidden_size, 0.0)
 
 
 def sort_chunks_bytes(model: ModelSpec, x: PlanArrays):
@@ -284,11 +283,8 @@ def sort_chunks_bytes(model: ModelSpec, x: PlanArrays):
 def rows_efficiency(per, cluster: ClusterSpec):
     """Fraction of its efficiency a grouped expert GEMM keeps with ``per`` token rows per expert:
     ``1 - exp(-per / grouped_gemm_rows_scale)`` (1 where the scale is 0). Few rows per expert make
-    each expert's GEMM a short one: its tiles fill one partial wave of the SMs and its fixed costs
-    (launch, prologue, epilogue) are not amortised -- Transformer Engine's ``te.GroupedLinear`` runs
-    one cuBLAS GEMM per local expert over a few CUDA streams (``general_grouped_gemm`` ->
-    ``nvte_multi_stream_cublas_gemm``, transformer_engine/common/gemm/cublaslt_gemm.cu), so the
-    cost per expert grows with the local experts (``E / ep``) at the same FLOPs. The dense curve of
+    each expert's GEMM a short one: its tiles fill one partial wave of the SMs (the fixed time of each
+    expert's separate GEMM is ``grouped_gemm_call_s``, :data:`GROUPED_GEMM_CALL_NOTE`). The dense curve of
     :func:`compute.gemm_efficiency` (``gemm_dim_scale``, fitted on dense GEMMs whose token dimension
     is in the thousands) does not see this; the scale is fitted on the MoE rows
     (bench/moe_fidelity.py, rows named in hardware/efficiency_profiles.yaml)."""
