@@ -937,10 +937,7 @@ def main(argv=None) -> int:
 def hgx_report(runs, terms: dict) -> None:
     """Is the HGX/NVL72 ratio the all-to-all leaving the 8-GPU node? Each HGX row's error with the
     ratio as fitted and at 1 (the die's NVL72 ``gemm_eff_max``), by the span of the plan's ep group."""
-    one = dict(terms)
-    for hgx, nvl in DIE_PAIRS.items():
-        for t in PER_GPU_TERMS:
-            one[f"{t}@{hgx}"] = terms[f"{t}@{nvl}"]
+    one = _derive({**terms, HGX_RATIO[0]: 1.0})  # each HGX part at its NVL72 part's terms
     rows = [r for r in runs if r.gpu in DIE_PAIRS]
     print("\n  HGX rows: error with the fitted ratio / with the ratio at 1, by the span of the ep group:")
     for r, a, b in sorted(zip(rows, errors(rows, terms), errors(rows, one)), key=lambda z: (z[0].n, z[0].index)):
