@@ -117,8 +117,7 @@ def remote_domains_per_token(model: ModelSpec, G):
     (``router_num_groups`` groups, ``router_group_topk`` of them per token; DeepSeek-V3 Sec. 2.1.2
     "node-limited routing": 8 groups, 4 chosen, so at most 4 nodes when the groups are the nodes, as
     Megatron-Core sets them for node-limited routing) confines the ``k`` picks to the domains of the
-    chosen groups: ``D = min(G, topk_group x max(1, G / groups))`` domains, ``D (1 - (1 - 1/D)^k)``
-    of them hit, ``(G - 1)/G`` of those remote."""
+    chosen groups: :func:`_distinct_hit` of the ``G`` domains, ``(G - 1)/G`` of those remote."""
     G = np.asarray(G, dtype=float)
     return _distinct_hit(model, G) * (G - 1.0) / G
 
@@ -132,16 +131,14 @@ def exchange_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
     crosses = ep_crosses_domain(x, cluster)
     fp8_flex = (x.fp8 > 0) & (x.moe_disp == 2)
     per_elem = np.where(fp8_flex, (FP8_DISPATCH_BYTES + 3.0 * DISPATCH_BYTES) / 4.0, DISPATCH_BYTES)
-    S = Tl * k * h * per_elem * experts.imbalance(x)
+    row = Tl * h * per_elem * experts.imbalance(x)  # one copy of every local token, busiest rank
+    S = row * k
     intra = S * (kd - 1) / ep
     inter_a2a = S * (ep - kd) / ep
-    G = ep / kd
-    distinct_remote = remote_domains_per_token(model, G)
-    inter_flex = Tl * h * per_elem * distinct_remote * experts.imbalance(x)
+    inter_flex = row * remote_domains_per_token(model, ep / kd)
     # one token per distinct rank: to the others of the own domain, and forwarded inside each remote
     # domain from the rank its NIC copy lands on to the other ranks it reaches there
-    token_ranks = Tl * h * per_elem * ranks_per_token(model, ep) * experts.imbalance(x)
-    intra_flex = token_ranks * ((kd - 1) / ep + (ep - kd) / ep * (kd - 1) / kd)
+    intra_flex = row * ranks_per_token(model, ep) * ((kd - 1) / ep + (ep - kd) / ep * (kd - 1) / kd)
     a2a = _a2a_s(intra, inter_a2a, crosses, cluster)
     flex = _a2a_s(intra_flex, inter_flex, crosses, cluster)
     # etp > 1: the rows an ep rank receives are gathered over its etp group (combine: scattered)
