@@ -134,8 +134,8 @@ CASES = {
 ENV: dict | None = None
 
 
-#: CPU seconds (user + system) of each timed process, by command (the last element of the floor's
-#: argv, the CLI's first option list): printed next to the wall-clock medians, as the CPU ratio moves
+#: CPU seconds (user + system) of each timed run, by ``"floor"``, ``"<case> search"`` (this process) and
+#: ``"<case> cli"`` (a child process): printed next to the wall-clock medians, as the CPU ratio moves
 #: less with the machine's load than the wall-clock one (the targets are the wall-clock ratios).
 CPU: dict[str, list[float]] = {}
 
