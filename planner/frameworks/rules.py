@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import functools
 import math
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -62,7 +61,7 @@ from typing import Callable, Optional
 from plan_search.models.io import InputError
 from plan_search.models.spec import ModelSpec
 
-from plan_search.planner.costmodel.plan import Plan, grad_per_microbatch
+from plan_search.planner.costmodel.plan import Plan, choice_fields, grad_per_microbatch
 
 FRAMEWORKS = ("megatron", "deepspeed", "torchtitan", "nemo")
 
@@ -759,8 +758,7 @@ def _memory_rules(fw: str) -> list[Rule]:
     out = []
     for knob, values in MEMORY_KNOBS[fw].items():
         text, source = _MEMORY_TEXT[fw][knob]
-        ann = Plan.model_fields[knob].annotation
-        if set(values) == (set(typing.get_args(ann)) if ann is not bool else {False, True}):
+        if set(values) == set(choice_fields().get(knob, (False, True))):  # a knob not a choice is on/off
             continue  # every value runs
         out.append(Rule(f"{fw}-{knob.replace('_', '-')}", fw, text, source,
                         lambda p, m, c, k=knob, ok=values: f"{k} {_onoff(getattr(p, k))}"
