@@ -1023,7 +1023,7 @@ def _notes(framework: str, p: Plan, m: ModelSpec) -> list[str]:
         if m.activation == "geglu":
             n.append("geglu is written as --quick-geglu, Megatron-LM's gated-GELU flag")
         n.append("tokenizer, data, optimizer, schedule, checkpoint and logging flags are yours")
-        if "--use-precision-aware-optimizer" in megatron_memory_args(p):
+        if fw.precision_aware_optimizer(p):
             n.append("--use-precision-aware-optimizer runs Transformer Engine's FusedAdam (TE >= 2.1 for the bf16 "
                      "master remainders) with --optimizer adam")
         if m.is_moe:
