@@ -203,11 +203,9 @@ def _count(cfg: dict[str, Any], key: str, where: str) -> int:
     value = cfg.get(key)
     if value is None or (value == 0 and not isinstance(value, bool) and isinstance(value, (int, float))):
         return 0
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-        raise InputError(f"{where}: {key} must be a non-negative integer (got {short_repr(value)})")
     try:
         return _as_int(value, key, where)
-    except InputError:
+    except InputError:  # a negative number too: named as a count, not as a positive integer
         raise InputError(f"{where}: {key} must be a non-negative integer (got {short_repr(value)})") from None
 
 
