@@ -347,7 +347,8 @@ ENUM_SHARE = 0.5
 def _enumerate_until(model, cluster, counts, gbs, seq, request, t0: float,
                      share: float = ENUM_SHARE) -> tuple[Space, str | None]:
     """The space of ``counts``, enumerated piece by piece (:data:`ENUM_PIECES`) while less than
-    :data:`ENUM_SHARE` of the time limit has passed since ``t0``, and within ``max_candidates``
+    ``share`` of the time limit (:func:`search` passes its evaluation share x :data:`ENUM_SHARE`) has
+    passed since ``t0``, and within ``max_candidates``
     over all pieces. Returns the space and what cut it short (``"time_limit"`` or
     ``"max_candidates"``: the larger GPU counts were not enumerated), or None. The first piece is
     always enumerated, and its InputError (max_candidates included) is the request's."""
