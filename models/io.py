@@ -284,6 +284,12 @@ def validation_message(exc: ValidationError, where: str = "") -> str:
     return f"{prefix}{field}{msg}{shown}{tail}".replace("\n", " ")
 
 
+def error_text(exc: Exception) -> str:
+    """An error's text for a message: :func:`validation_message` of a pydantic ValidationError (a
+    ``Plan`` or request field refused), ``str`` of any other (an :class:`InputError`, a ValueError)."""
+    return validation_message(exc) if isinstance(exc, ValidationError) else str(exc)
+
+
 def _read_bounded(stream: BinaryIO, what: str, name: str) -> bytes:
     """At most MAX_DOCUMENT_BYTES of ``stream`` (reading one byte more to tell)."""
     try:

@@ -469,11 +469,9 @@ def job_options(job: Job, types: dict[str, tuple[str, TypeCap]], cache: dict | N
         try:
             req = SearchRequest(**fields)
         except ValueError as exc:
-            from plan_search.models.io import validation_message
-            from pydantic import ValidationError
+            from plan_search.models.io import error_text
 
-            msg = validation_message(exc) if isinstance(exc, ValidationError) else str(exc)
-            raise InputError(f"job {job.name}: search: {msg}") from None
+            raise InputError(f"job {job.name}: search: {error_text(exc)}") from None
         key = req.model_copy(update={"time_limit_s": 0.0}).model_dump_json()  # the same search, any budget
         # the same search at another token count: its front, rescaled (exact: see _rescaled)
         skey = req.model_copy(update={"time_limit_s": 0.0, "tokens": 1.0}).model_dump_json() \

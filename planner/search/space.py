@@ -259,12 +259,9 @@ def _pp_domain_given_ends(model: ModelSpec, knobs: Knobs):
                                  last_stage_layers=la, recompute="none")
                     probe.check_against(model)
                 except (ValueError, InputError) as exc:
-                    from pydantic import ValidationError
+                    from plan_search.models.io import error_text
 
-                    from plan_search.models.io import validation_message
-
-                    text = validation_message(exc) if isinstance(exc, ValidationError) else str(exc)
-                    why.append(f"at pp {pp}: {' '.join(text.split())}")
+                    why.append(f"at pp {pp}: {' '.join(error_text(exc).split())}")
                     continue
                 fs, mid, ls = probe.stage_layers(l)
                 rows.append((pp, fs, mid, ls))
