@@ -60,6 +60,11 @@ local attention     layer_types (sliding_attention / chunked_attention vs full_a
 MTP                 num_nextn_predict_layers
 ==================  =======================================================================
 
+MoE keys missing from the config take the default of the model_type's transformers config class
+(Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3, Kimi-K2 as DeepSeek-V3, Llama 4, GPT-OSS: the ``hf``
+column of ``_SPEC_KEYS``, sources cited there), never another key's value; without such a default
+(an unknown family, or transformers' own None) a needed key is refused, naming it.
+
 Not modelled (raises :class:`~models.io.InputError`): OPT's ``word_embed_proj_dim != hidden_size``
 projection; MoE layer patterns that are not "the first ``n`` layers dense, then every ``k``-th
 layer MoE"; local/global attention patterns that are not "every ``n``-th layer global". Refused
@@ -74,7 +79,7 @@ Small extras are ignored: BLOOM's embedding LayerNorm, the o_proj bias of config
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -131,26 +136,90 @@ _DROPOUT_KEYS = (
 # The config keys each spec field is read from (first present wins), the one list of each: the readers
 # below take their keys from here, and a value the spec refuses is named by the key to fix:
 # "num_experts_per_tok (experts_per_token): ...".
-_SPEC_KEYS: dict[str, tuple[str, ...]] = {
-    "num_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
-    "hidden_size": ("hidden_size", "n_embd", "d_model", "n_embed"),
-    "num_heads": ("num_attention_heads", "n_head", "num_heads"),
-    "num_kv_heads": ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num"),
-    "head_dim": ("head_dim", "kv_channels"),
-    "ffn_hidden_size": ("intermediate_size_mlp", "intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size"),
-    "vocab_size": ("vocab_size", "padded_vocab_size"),
-    "seq_len": ("max_position_embeddings", "n_positions", "seq_length", "max_sequence_length"),
-    "num_experts": ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"),
-    "experts_per_token": ("num_experts_per_tok", "experts_per_token", "moe_top_k", "top_k"),
-    "expert_ffn_hidden_size": ("moe_intermediate_size", "intermediate_size"),
-    "num_shared_experts": ("n_shared_experts", "shared_expert_intermediate_size"),
-    "shared_expert_ffn_hidden_size": ("shared_expert_intermediate_size", "moe_intermediate_size", "intermediate_size"),
-    "router_num_groups": ("n_group",),
-    "router_group_topk": ("topk_group",),
-    "mtp_num_layers": ("num_nextn_predict_layers",),
-    "attention_window": ("sliding_window", "attention_chunk_size"),
-    "activation_clamp": ("swiglu_limit",),
+#
+# ``hf`` holds, for the MoE families, the default of that model_type's transformers config class,
+# taken when none of the field's keys is in the config.json (a key given as null is not defaulted);
+# a default of None is transformers' own None, which builds no usable model: refused, naming the key.
+# A field with no default for the family (or an unknown family) is refused when it is needed, never
+# read from another key. Sources (huggingface/transformers, src/transformers/models/<family>/,
+# the __init__ signature of each config class):
+#   mixtral      MixtralConfig     configuration_mixtral.py@ad467bd7633c63ba3ae55da29ff08a30a47cc008
+#   qwen2_moe    Qwen2MoeConfig    configuration_qwen2_moe.py@765e4fbcdf84b2720f98be27665c839cdb579fcf
+#   qwen3_moe    Qwen3MoeConfig    configuration_qwen3_moe.py@26f4b0f69f17118549a693ffe600c18e8505b636
+#   deepseek_v2  DeepseekV2Config  configuration_deepseek_v2.py@43e8548fef30c2cc98ee475ef3d478b9bb7b616f
+#   deepseek_v3  DeepseekV3Config  configuration_deepseek_v3.py@0fc683d1cd949b6c802499b77edd32206dbe86c6
+#                (also kimi_k2: Kimi-K2 loads DeepseekV3ForCausalLM)
+#   llama4_text  Llama4TextConfig  configuration_llama4.py@b17cfe48c5a9631dcf9f57f3865a055903800f81
+#                (also llama4: the multimodal wrapper builds a Llama4TextConfig from text_config)
+#   gpt_oss      GptOssConfig      configuration_gpt_oss.py@828a27fd326e49d4a1c4b08210bfd32c107facc9
+# Not listed: the layer steps (moe_layer_freq, decoder_sparse_step, interleave_moe_layer_step: 1 in
+# every class above, the readers' default) and mlp_only_layers / moe_layers (none: the step rule).
+class _Keys(NamedTuple):
+    """A spec field's config keys (first present wins) and its transformers default by model_type."""
+
+    keys: tuple[str, ...]
+    hf: dict[str, int | None] = {}
+
+
+_SPEC_KEYS: dict[str, _Keys] = {
+    "num_layers": _Keys(("num_hidden_layers", "n_layer", "num_layers", "n_layers")),
+    "hidden_size": _Keys(("hidden_size", "n_embd", "d_model", "n_embed")),
+    "num_heads": _Keys(("num_attention_heads", "n_head", "num_heads")),
+    "num_kv_heads": _Keys(("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num")),
+    "head_dim": _Keys(("head_dim", "kv_channels")),
+    # dense MLP width (Llama 4: intermediate_size_mlp, its intermediate_size is the experts'); 4h elsewhere
+    "ffn_hidden_size": _Keys(("intermediate_size_mlp", "intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size"),
+                             {"mixtral": 14336, "qwen2_moe": 5632, "qwen3_moe": 6144, "deepseek_v2": 11008,
+                              "deepseek_v3": 18432, "llama4_text": 16384, "gpt_oss": 2880}),
+    "vocab_size": _Keys(("vocab_size", "padded_vocab_size")),
+    "seq_len": _Keys(("max_position_embeddings", "n_positions", "seq_length", "max_sequence_length")),
+    # absent: a dense model for families not listed (DeepseekV2Config's n_routed_experts=None is dense too)
+    "num_experts": _Keys(("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"),
+                         {"mixtral": 8, "qwen2_moe": 60, "qwen3_moe": 128, "deepseek_v3": 256,
+                          "llama4_text": 16, "gpt_oss": 128}),
+    "experts_per_token": _Keys(("num_experts_per_tok", "experts_per_token", "moe_top_k", "top_k"),
+                               {"mixtral": 2, "qwen2_moe": 4, "qwen3_moe": 8, "deepseek_v2": None,
+                                "deepseek_v3": 8, "llama4_text": 1, "gpt_oss": 4}),
+    # moe_intermediate_size; Mixtral, GPT-OSS and Llama 4 experts are intermediate_size wide
+    "expert_ffn_hidden_size": _Keys(("moe_intermediate_size", "intermediate_size"),
+                                    {"mixtral": 14336, "qwen2_moe": 1408, "qwen3_moe": 768, "deepseek_v2": 1407,
+                                     "deepseek_v3": 2048, "llama4_text": 8192, "gpt_oss": 2880}),
+    # n_shared_experts (DeepSeek: each moe_intermediate_size wide; DeepseekV2Config's None is none) or
+    # Qwen2-MoE's one shared expert of shared_expert_intermediate_size; Llama 4: always one
+    "num_shared_experts": _Keys(("n_shared_experts", "shared_expert_intermediate_size"),
+                                {"deepseek_v2": 0, "deepseek_v3": 1}),
+    "shared_expert_ffn_hidden_size": _Keys(("shared_expert_intermediate_size", "moe_intermediate_size", "intermediate_size"),
+                                           {"qwen2_moe": 5632}),
+    "first_dense_layers": _Keys(("first_k_dense_replace",), {"deepseek_v2": 0, "deepseek_v3": 3}),
+    "router_num_groups": _Keys(("n_group",), {"deepseek_v2": None, "deepseek_v3": 8}),
+    "router_group_topk": _Keys(("topk_group",), {"deepseek_v2": None, "deepseek_v3": 4}),
+    "mtp_num_layers": _Keys(("num_nextn_predict_layers",)),
+    "attention_window": _Keys(("sliding_window", "attention_chunk_size")),
+    "activation_clamp": _Keys(("swiglu_limit",)),
 }
+# model_types read with another family's config class
+_HF_CLASS_OF = {"kimi_k2": "deepseek_v3", "llama4": "llama4_text"}
+# Families whose experts are intermediate_size wide (HF MixtralBlockSparseTop2MLP, GptOssExperts,
+# Llama4TextExperts); the others' experts are moe_intermediate_size wide.
+_EXPERTS_IN_INTERMEDIATE = frozenset({"mixtral", "gpt_oss", "llama4_text"})
+
+
+def _hf_class(family: str) -> str:
+    return _HF_CLASS_OF.get(family, family)
+
+
+def _hf_default(cfg: dict[str, Any], field: str, family: str, keys: tuple[str, ...], where: str) -> int | None:
+    """The transformers default of ``field`` for ``family`` when none of ``keys`` is in ``cfg``:
+    None when there is none to take (a key given, even as null, or the family not listed); a listed
+    default of None (transformers' own None) is refused naming the key."""
+    hf = _SPEC_KEYS[field].hf
+    cls = _hf_class(family)
+    if cls not in hf or any(k in cfg for k in keys):
+        return None
+    if hf[cls] is None:
+        raise InputError(f"{where}: missing {keys[0]}: {cls}'s transformers config has no default for it; "
+                         f"give {keys[0]} in config.json")
+    return hf[cls]
 
 
 def _spec_message(message: str, cfg: dict[str, Any], where: str) -> str:
@@ -158,7 +227,8 @@ def _spec_message(message: str, cfg: dict[str, Any], where: str) -> str:
     head = f"{where}: "
     rest = message.removeprefix(head)
     field, sep, tail = rest.partition(":")
-    keys = _SPEC_KEYS.get(field.split(".")[0], ()) if sep else ()
+    entry = _SPEC_KEYS.get(field.split(".")[0]) if sep else None
+    keys = entry.keys if entry else ()
     key = next((k for k in keys if cfg.get(k) is not None), None)
     return f"{head}{key} ({field}):{tail}" if key and key != field else message
 
@@ -261,7 +331,8 @@ def _layer_list(cfg: dict[str, Any], key: str, num_layers: int, where: str) -> l
 def _sparse_layers(cfg: dict[str, Any], family: str, num_layers: int, where: str, deepseek: bool) -> list[int]:
     """Indices of the MoE layers by the config's own rule (``deepseek``: DeepSeek-style experts)."""
     if deepseek:  # HF DeepseekV3DecoderLayer
-        first = _count(cfg, "first_k_dense_replace", where)
+        first = _hf_default(cfg, "first_dense_layers", family, ("first_k_dense_replace",), where)
+        first = _count(cfg, "first_k_dense_replace", where) if first is None else first
         freq = _step(cfg, "moe_layer_freq", 1, where)
         if first > num_layers:
             raise InputError(f"{where}: first_k_dense_replace: {first} exceeds num_hidden_layers {num_layers}; "
@@ -295,13 +366,19 @@ def _fit_layer_pattern(sparse: list[int], num_layers: int, where: str) -> tuple[
     return first, freq
 
 
-def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, ffn: int, where: str) -> dict[str, Any]:
-    key, experts = _get(cfg, _SPEC_KEYS["num_experts"])
+def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, where: str) -> dict[str, Any]:
+    keys = _SPEC_KEYS["num_experts"].keys
+    key, experts = _get(cfg, keys)
     if key is None:
-        return {}
-    experts = _count(cfg, key, where)
+        experts = _hf_default(cfg, "num_experts", family, keys, where)
+        if not experts:  # a dense model
+            return {}
+        key = "num_experts" if family.startswith("qwen") else "n_routed_experts" if "deepseek" in _hf_class(family) \
+            else "num_local_experts"  # the family's own key, for messages
+    else:
+        experts = _count(cfg, key, where)
     if experts == 1:  # one expert is a dense MLP; more than one per token cannot be routed to it
-        k_key, k = _get(cfg, _SPEC_KEYS["experts_per_token"])
+        k_key, k = _get(cfg, _SPEC_KEYS["experts_per_token"].keys)
         if k_key is not None and _as_int(k, k_key, where) > 1:
             raise InputError(f"{where}: {k_key}: {k} exceeds {key} 1; use at most as many experts per token as experts")
     if experts <= 1:
@@ -309,20 +386,28 @@ def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, ffn: int, whe
     # DeepSeek-style keys by the family, or by the experts' own key (a stray n_routed_experts in a
     # Llama 4 config, whose num_local_experts wins, does not make its layer pattern DeepSeek's)
     deepseek = family in DEEPSEEK_FAMILIES or key == "n_routed_experts"
-    k = _int(cfg, _SPEC_KEYS["experts_per_token"], where,
-             what="experts used per token")
+    k_keys = _SPEC_KEYS["experts_per_token"].keys
+    k = _hf_default(cfg, "experts_per_token", family, k_keys, where) or _int(
+        cfg, k_keys, where, what="experts used per token")
     llama4 = family.startswith("llama4")
-    if llama4:  # intermediate_size is the expert width; the dense MLP is intermediate_size_mlp
-        expert_ffn = _int(cfg, ("intermediate_size",), where, what="expert width")
-    else:
-        expert_ffn = _int(cfg, ("moe_intermediate_size",), where, required=False) or ffn
+    # the experts' width key of the family (Llama 4: the dense MLP is intermediate_size_mlp), never
+    # another key's value: an unknown family's Mixtral-style num_local_experts are intermediate_size wide
+    in_intermediate = _hf_class(family) in _EXPERTS_IN_INTERMEDIATE or (
+        _hf_class(family) not in _SPEC_KEYS["expert_ffn_hidden_size"].hf and key == "num_local_experts"
+        and cfg.get("moe_intermediate_size") is None)
+    width_key = ("intermediate_size",) if in_intermediate else ("moe_intermediate_size",)
+    expert_ffn = _hf_default(cfg, "expert_ffn_hidden_size", family, width_key, where) or _int(
+        cfg, width_key, where, what=f"the experts' hidden width, which {family or 'this model_type'} has no "
+        "transformers default for; give it in config.json")
     out: dict[str, Any] = {
         "num_experts": experts,
         "experts_per_token": k,
         "expert_ffn_hidden_size": expert_ffn,
     }
-    shared_n = _count(cfg, "n_shared_experts", where)
-    shared_ffn = _count(cfg, "shared_expert_intermediate_size", where)
+    shared_n = _hf_default(cfg, "num_shared_experts", family, ("n_shared_experts",), where)
+    shared_n = _count(cfg, "n_shared_experts", where) if shared_n is None else shared_n
+    shared_ffn = _hf_default(cfg, "shared_expert_ffn_hidden_size", family, ("shared_expert_intermediate_size",), where)
+    shared_ffn = _count(cfg, "shared_expert_intermediate_size", where) if shared_ffn is None else shared_ffn
     if shared_n:
         out["num_shared_experts"] = shared_n
         out["shared_expert_ffn_hidden_size"] = expert_ffn
@@ -339,10 +424,14 @@ def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, ffn: int, whe
             out["router_score"] = score
         method = _text(cfg.get("topk_method"), "topk_method", where)
         out["router_expert_bias"] = method == "noaux_tc"  # HF DeepseekV3TopkRouter.e_score_correction_bias
-        groups = _int(cfg, _SPEC_KEYS["router_num_groups"], where, required=False) or 1
-        if groups > 1 and method in ("group_limited_greedy", "noaux_tc"):
+        grouped = method in ("group_limited_greedy", "noaux_tc")
+        g_keys, t_keys = _SPEC_KEYS["router_num_groups"].keys, _SPEC_KEYS["router_group_topk"].keys
+        groups = (grouped and _hf_default(cfg, "router_num_groups", family, g_keys, where)) or _int(
+            cfg, g_keys, where, required=False) or 1
+        if groups > 1 and grouped:
             out["router_num_groups"] = groups
-            out["router_group_topk"] = _int(cfg, _SPEC_KEYS["router_group_topk"], where, what="groups per token")
+            out["router_group_topk"] = _hf_default(cfg, "router_group_topk", family, t_keys, where) or _int(
+                cfg, t_keys, where, what="groups per token")
             if out["router_group_topk"] > groups:
                 raise InputError(f"{where}: topk_group: {out['router_group_topk']} exceeds n_group {groups}")
     if family in SINK_FAMILIES:
@@ -458,7 +547,7 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
     where = where or _where(name)
     if not isinstance(cfg, dict):
         raise InputError(f"{where}: expected a JSON object, got {type(cfg).__name__}")
-    if not any(k in cfg for k in _SPEC_KEYS["num_layers"]):
+    if not any(k in cfg for k in _SPEC_KEYS["num_layers"].keys):
         nested = cfg.get("text_config")
         if isinstance(nested, dict):  # multimodal wrappers keep the LM under text_config
             # a null model_type there is the wrapper's (llama4 -> Llama 4's shared expert and layer rules)
@@ -469,18 +558,19 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
                              f"(num_hidden_layers, hidden_size ...), got {short_repr(nested)}")
     family = _text(cfg.get("model_type") or None, "model_type", where)
 
-    layers = _int(cfg, _SPEC_KEYS["num_layers"], where, what="number of layers")
+    layers = _int(cfg, _SPEC_KEYS["num_layers"].keys, where, what="number of layers")
     if layers > MAX_LAYERS:  # before the MoE layer pattern walks them
-        key, _ = _get(cfg, _SPEC_KEYS["num_layers"])
+        key, _ = _get(cfg, _SPEC_KEYS["num_layers"].keys)
         raise InputError(f"{where}: {key}: {short_repr(layers)} layers; at most {MAX_LAYERS:,}")
-    hidden = _int(cfg, _SPEC_KEYS["hidden_size"], where, what="hidden size")
-    heads = _int(cfg, _SPEC_KEYS["num_heads"], where, what="attention heads")
-    vocab = _int(cfg, _SPEC_KEYS["vocab_size"], where, what="vocabulary size")
-    kv = _int(cfg, _SPEC_KEYS["num_kv_heads"], where, required=False)
+    hidden = _int(cfg, _SPEC_KEYS["hidden_size"].keys, where, what="hidden size")
+    heads = _int(cfg, _SPEC_KEYS["num_heads"].keys, where, what="attention heads")
+    vocab = _int(cfg, _SPEC_KEYS["vocab_size"].keys, where, what="vocabulary size")
+    kv = _int(cfg, _SPEC_KEYS["num_kv_heads"].keys, where, required=False)
     if kv is None and cfg.get("multi_query") is True and not cfg.get("new_decoder_architecture"):
         kv = 1
-    head_dim = _int(cfg, _SPEC_KEYS["head_dim"], where, required=False)
-    ffn = _int(cfg, ("intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size"), where, required=False)
+    head_dim = _int(cfg, _SPEC_KEYS["head_dim"].keys, where, required=False)
+    ffn_keys = ("intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size")
+    ffn = _int(cfg, ffn_keys, where, required=False) or _hf_default(cfg, "ffn_hidden_size", family, ffn_keys, where)
     ffn = ffn or 4 * hidden
 
     proj = cfg.get("word_embed_proj_dim")
@@ -575,12 +665,13 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
                 raise InputError(f"{where}: swiglu_limit: {limit!r} is not a positive number; fix the config")
             fields["activation_clamp"] = float(limit)
     if family.startswith("llama4"):  # dense layers use intermediate_size_mlp
-        fields["ffn_hidden_size"] = _int(cfg, ("intermediate_size_mlp",), where, required=False) or ffn
+        fields["ffn_hidden_size"] = _int(cfg, ("intermediate_size_mlp",), where, required=False) or _hf_default(
+            cfg, "ffn_hidden_size", family, ("intermediate_size_mlp",), where) or ffn
     fields.update(_window_fields(cfg, family, layers, seq_len, where))
     mtp = _count(cfg, "num_nextn_predict_layers", where)
     if mtp:
         fields["mtp_num_layers"] = mtp
-    fields.update(_moe_fields(cfg, family, layers, ffn, where))
+    fields.update(_moe_fields(cfg, family, layers, where))
     try:
         return ModelSpec(**fields)
     except ValidationError as exc:
