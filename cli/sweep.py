@@ -4,7 +4,8 @@ The sweep file's format, the output's columns, resumption and the executors are 
 :mod:`planner.sweep`. Exit codes (``cli.common``): 0 the table was written and at least one
 scenario has a feasible plan, 2 bad input (nothing is run), 3 no scenario is feasible (the
 table, saying why for each, is written all the same), 130 interrupted (what finished is written;
-rerun the same command to resume), 1 a worker process died (the same).
+rerun the same command to resume; with ``--overwrite`` over an existing table, that table is left
+as it was and the same command starts over), 1 a worker process died (the same).
 """
 
 from __future__ import annotations
@@ -141,7 +142,9 @@ def format_summary(df, axes, width: int = 80) -> str:
               help="also plot the swept parameter against days and dollars (pip install 'plan-search[plot]')")
 @click.option("--plot-x", default=None, help="the axis on the plot's x axis [default: the numeric axis "
               "with the most values]")
-@click.option("--overwrite", is_flag=True, default=False, help="start over: discard the output and its journal")
+@click.option("--overwrite", is_flag=True, default=False,
+              help="start over: ignore the output and its journal; the output is replaced only once every "
+              "scenario has finished (an interrupted run leaves it as it was)")
 @click.option("--summary", is_flag=True, default=False,
               help="print each scenario's recommended plan (or why it has none), one line each")
 @click.option("--quiet", "-q", is_flag=True, default=False, help="no progress bar")
@@ -193,22 +196,28 @@ def main(sweep_file, output, fmt, executor, workers, ray_address, plot_file, plo
     if run.dropped:
         click.echo(f"resume: {run.dropped} damaged scenario(s) in {short_repr(str(output))} or its journal (a line cut "
                    "short, rows missing or unreadable) were dropped and run again", err=True)
-    if summary and len(run.frame):
+    if summary and len(run.frame) and not run.kept_previous:
         click.echo(format_summary(run.frame, sweep.axes))
     import textwrap
 
-    click.echo("\n".join(textwrap.wrap(
-        f"wrote {run.output}: {len(run.frame)} rows, {done} of {run.scenarios} scenarios "
-        f"({c.get('ok', 0)} feasible, {c.get('infeasible', 0)} infeasible, {c.get('error', 0)} errors); "
-        f"ran {run.ran}, resumed {run.resumed}; {run.elapsed_s:.1f} s", width=80, subsequent_indent="  ",
-        break_long_words=False, break_on_hyphens=False)))
+    if not run.interrupted:  # else nothing 'wrote': the table is partial, or the previous one untouched
+        click.echo("\n".join(textwrap.wrap(
+            f"wrote {run.output}: {len(run.frame)} rows, {done} of {run.scenarios} scenarios "
+            f"({c.get('ok', 0)} feasible, {c.get('infeasible', 0)} infeasible, {c.get('error', 0)} errors); "
+            f"ran {run.ran}, resumed {run.resumed}; {run.elapsed_s:.1f} s", width=80, subsequent_indent="  ",
+            break_long_words=False, break_on_hyphens=False)))
     if c.get("error"):
         df = run.frame
         for _, r in df[df["status"] == "error"].drop_duplicates("scenario").head(5).iterrows():
             click.echo(f"  scenario {r['scenario']}: error: {short_repr(str(r['message']), 300)}", err=True)
     if run.interrupted:
-        click.echo(f"interrupted: {done} of {run.scenarios} scenarios kept in {run.output}; rerun the same "
-                   "command to resume", err=True)
+        if run.kept_previous:
+            click.echo(f"interrupted: {short_repr(str(run.output))} is left as it was (the previous table); this "
+                       f"--overwrite run's {done} finished of {run.scenarios} scenarios are dropped: rerun the same "
+                       "command to start over", err=True)
+        else:
+            click.echo(f"interrupted: {done} of {run.scenarios} scenarios kept in {run.output}; rerun the same "
+                       "command to resume", err=True)
         sys.exit(EXIT_INTERRUPTED)
     if plot_file:
         from plan_search.planner.plots import plot_sweep

@@ -32,6 +32,10 @@ output, ``OUT.journal``, as it finishes; the table is written (atomically) in sc
 the end or on an interrupt, and the journal removed. A rerun with the same output reads both
 and runs only the scenarios whose key is in neither (scenarios that ended in ``error`` are run
 again). Rows of scenarios that are not in the sweep any more are refused unless ``overwrite``.
+``overwrite`` starts over without destroying the existing table: the new rows are journaled as
+above and the table is replaced (atomically) only when every scenario has finished; an
+interrupted or failed ``overwrite`` run leaves the previous table as it was, byte for byte, and
+drops its own journal (the same command starts over again).
 
 Executors: ``local`` (default) runs the scenarios on a ``ProcessPoolExecutor`` of ``workers``
 processes (default: the usable cores; 1 runs them in this process); ``ray`` as Ray tasks
@@ -912,6 +916,9 @@ class SweepRun:
     dropped: int = 0
     #: scenarios whose error is bad input (an InputError in the search: a limit, a model/GPU mismatch)
     input_errors: int = 0
+    #: an interrupted ``overwrite`` run left the previous table at ``output`` as it was (``frame``
+    #: then holds the new run's finished rows, which were not written)
+    kept_previous: bool = False
 
 
 def check_sweep_output(sweep: Sweep, output: str | Path, fmt: str | None = None,
@@ -977,7 +984,8 @@ def run_sweep(sweep: Sweep, output: str | Path, *, fmt: str | None = None, execu
     Every precondition is checked before anything is read, run or removed: the output (a
     regular file or none, not an input of the sweep), the format, the executor (Ray installed),
     the workers; ``overwrite`` then ignores the existing table and journal (the table is replaced
-    atomically when the sweep ends, never deleted up front)."""
+    atomically when the sweep has finished every scenario, never deleted up front nor replaced by
+    a partial table: an interrupted ``overwrite`` run leaves it whole and drops its own journal)."""
     t0 = time.perf_counter()
     shown = output
     if not isinstance(sweep, Sweep):
@@ -1016,6 +1024,9 @@ def run_sweep(sweep: Sweep, output: str | Path, *, fmt: str | None = None, execu
     dropped = len(lost) + sum(isinstance(d, bytes) for d in damaged) + ("torn last line" in damaged and not lost)
     if overwrite and jpath.exists():
         jpath.unlink()  # every precondition holds: the user asked to start over
+    # an --overwrite run over an existing table writes it only once complete: a partial table must
+    # never replace a complete one (the previous table is the user's until the new one exists)
+    keep_previous = overwrite and output.exists()
     # scenarios that ended in an error are run again
     for k in [k for k, rows in results.items() if any(r.get("status") == "error" for r in rows)]:
         del results[k]
@@ -1050,10 +1061,15 @@ def run_sweep(sweep: Sweep, output: str | Path, *, fmt: str | None = None, execu
                 except KeyboardInterrupt:
                     interrupted = True
                     it.close()
-                except BaseException:
+                except BaseException as exc:
                     it.close()
                     bar.close()
-                    _save(sweep, results, output, fmt, jpath, shown=shown)  # keep what finished, then re-raise
+                    # keep what finished (or, overwriting, the previous table whole), then re-raise
+                    _save(sweep, results, output, fmt, jpath, write=not keep_previous, shown=shown)
+                    if keep_previous and isinstance(exc, WorkerLost):
+                        raise WorkerLost(f"a worker process died (killed, or out of memory?); "
+                                         f"{short_repr(str(shown))} is left as it was (the previous table): "
+                                         "rerun the same command to start over") from None
                     raise
                 finally:
                     bar.close()
@@ -1064,9 +1080,10 @@ def run_sweep(sweep: Sweep, output: str | Path, *, fmt: str | None = None, execu
 
             raise InputError(f"--output: cannot write the journal of {short_repr(str(shown))} "
                              f"({reason(exc)})") from None
+    kept_previous = interrupted and keep_previous
     with _TermAsInterrupt():
-        df = _save(sweep, results, output, fmt, jpath, write=bool(todo or journal or damaged or overwrite
-                                                                   or not output.exists()), shown=shown)
+        df = _save(sweep, results, output, fmt, jpath, write=not kept_previous and bool(
+            todo or journal or damaged or overwrite or not output.exists()), shown=shown)
     counts = {k: 0 for k in STATUSES}
     input_errors = 0
     for s in sweep.scenarios:
@@ -1078,7 +1095,7 @@ def run_sweep(sweep: Sweep, output: str | Path, *, fmt: str | None = None, execu
     return SweepRun(output=output, frame=df, scenarios=len(sweep.scenarios),
                     ran=sum(1 for s in todo if s.key in results), resumed=resumed, counts=counts,
                     elapsed_s=time.perf_counter() - t0, interrupted=interrupted, dropped=dropped,
-                    input_errors=input_errors)
+                    input_errors=input_errors, kept_previous=kept_previous)
 
 
 #: ``reason`` of an ``error`` row whose cause is the scenario's input, not the program.
