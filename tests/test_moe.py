@@ -396,3 +396,19 @@ def test_flex_dispatcher_sends_a_token_once_per_rank_it_reaches():
     kw.update(num_gpus=8, pp=1)
     qw = {d: _est("qwen3-30b-a3b", moe_dispatcher=d, **kw).time.ep_comm_s for d in ("alltoall", "flex")}
     assert qw["flex"] / qw["alltoall"] == pytest.approx(8 * (1 - (7 / 8) ** 8) / 8, rel=0.03)
+
+
+def test_hidden_comm_counts_the_dispatches_full_recomputation_repeats():
+    """The raw expert-parallel traffic behind hidden_comm_s holds every dispatch the exposed ep_comm_s
+    prices -- the forward exchanges full recomputation repeats and the MTP block's -- so overlap's
+    hidden share is not clipped to 0 when recomputation adds exposed dispatches. Mixtral at tp 1, pp 1
+    without dispatch overlap: only the data-parallel reduction is hidden, the same under full and
+    selective recomputation; the exposed dispatch grows by the repeated forward (3/2 of the layer's)."""
+    kw = dict(num_gpus=64, ep=8, tp=1, pp=1, moe_overlap=False)
+    full, sel = (_est("mixtral-8x7b", recompute=r, **kw).time for r in ("full", "selective"))
+    assert full.hidden_comm_s == pytest.approx(sel.hidden_comm_s, rel=1e-12) and sel.hidden_comm_s > 0.1
+    assert full.ep_comm_s == pytest.approx(1.5 * sel.ep_comm_s, rel=1e-9)
+    # DeepSeek-V3 with MTP and full recomputation: the pipeline sends and DP reduction it hides show
+    ds = _est("deepseek-v3", num_gpus=1024, pp=16, vpp=2, ep=8, recompute="full", first_stage_layers=4,
+              last_stage_layers=1, global_batch=4096).time
+    assert ds.hidden_comm_s > 0.1

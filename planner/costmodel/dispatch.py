@@ -154,7 +154,8 @@ def exchange_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
 
 def ep_layer_comm(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, window_s=np.inf) -> dict:
     """Per MoE layer and micro-batch: raw and exposed dispatch+combine seconds, forward+backward
-    (``raw``, ``exposed``) and forward alone (``exposed_fwd``, what full recomputation repeats).
+    (``raw``, ``exposed``) and forward alone (``raw_fwd``, ``exposed_fwd``: what full recomputation
+    repeats).
     ``window_s``: the layer's compute, forward + backward, under which another micro-batch's
     exchanges can run (module docstring)."""
     one = exchange_s(model, cluster, x)
@@ -164,7 +165,7 @@ def ep_layer_comm(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, window_
                      np.where(x.moe_ovl, cluster.efficiency.ep_overlap, 0.0))
     hidden = share * np.minimum(raw, window_s)
     keep = np.where(raw > 0, (raw - hidden) / np.maximum(raw, 1e-30), 1.0)
-    return {"raw": raw, "exposed": raw * keep, "exposed_fwd": fwd * keep}
+    return {"raw": raw, "exposed": raw * keep, "raw_fwd": fwd, "exposed_fwd": fwd * keep}
 
 
 def expert_grid(x: PlanArrays) -> PlanArrays:

@@ -75,7 +75,7 @@ def _moe_stage_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, lt) 
     zero = np.zeros(len(x))
     if not model.is_moe and getattr(model, "kv_lora_rank", None) is None and not model.mtp_num_layers:
         terms = {"ep_comm_s": zero}
-        return {**{st: terms for st in memory.STAGES}, "ep_raw_slow": lambda layers: zero}
+        return {**{st: terms for st in memory.STAGES}, "ep_raw": {st: zero for st in memory.STAGES}}
     mla_f = experts.mla_attention_fwd_s(model, cluster, x)
     per_stage_layers = {"first": x.first, "middle": x.mid, "last": x.last}
     n_moe = experts.stage_moe_layers(model, x)
@@ -86,7 +86,7 @@ def _moe_stage_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, lt) 
         ec = dispatch.ep_layer_comm(model, cluster, x, window)
     else:
         mt = {k: zero for k in ("compute_fwd_s", "compute_bwd_s", "membound_fwd_s", "membound_bwd_s")}
-        ec = {"raw": zero, "exposed": zero, "exposed_fwd": zero}
+        ec = {"raw": zero, "exposed": zero, "raw_fwd": zero, "exposed_fwd": zero}
     # multi-token prediction (DeepSeek-V3 Sec. 2.2): per depth, one more block (a MoE block in a MoE
     # model), the 2h -> h projection of [norm(h); norm(emb)] and the shared output layer + loss,
     # on the stage that holds the output layer
@@ -100,13 +100,14 @@ def _moe_stage_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, lt) 
         mtp_mem = d * (lt["membound_fwd_s"] + lt["membound_bwd_s"] + lg["membound_s"]
                        + (mt["membound_fwd_s"] + mt["membound_bwd_s"] if model.is_moe else 0.0))
         mtp_ep = d * ec["exposed"] if model.is_moe else zero
+        mtp_ep_raw = d * ec["raw"] if model.is_moe else zero
         # full recomputation of every layer redoes the MTP block's forward too (Megatron recomputes the
         # MTP layer under --recompute-method uniform, not under block: memory.mtp_activation_bytes)
         mtp_rc = np.where(x.rc_layers >= model.num_layers, d * (
             lt["compute_fwd_s"] + lt["membound_fwd_s"] + mla_f
             + (mt["compute_fwd_s"] + mt["membound_fwd_s"] if model.is_moe else 0.0)), 0.0)
     sel_layer, sel_moe = experts.selective_recompute_fwd_s(model, cluster, x)  # MoE/MLA selective set
-    out = {}
+    out = {"ep_raw": {}}  # the dispatches each stage's ep_comm_s prices, before overlap: hidden_comm_s's
     for st in memory.STAGES:
         layers, nm = per_stage_layers[st].astype(float), n_moe[st]
         n_rc = np.minimum(x.rc_layers, layers)
@@ -118,14 +119,14 @@ def _moe_stage_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, lt) 
             + layers * sel_layer + nm * sel_moe,
             "ep_comm_s": nm * ec["exposed"] + rc_moe * ec["exposed_fwd"],
         }
+        out["ep_raw"][st] = nm * ec["raw"] + rc_moe * ec["raw_fwd"]
         if d:
             on = experts.logits_stage(x, st)
             out[st]["compute_s"] = out[st]["compute_s"] + np.where(on, mtp_comp, 0.0)
             out[st]["memory_bound_s"] = out[st]["memory_bound_s"] + np.where(on, mtp_mem, 0.0)
             out[st]["ep_comm_s"] = out[st]["ep_comm_s"] + np.where(on, mtp_ep, 0.0)
+            out["ep_raw"][st] = out["ep_raw"][st] + np.where(on, mtp_ep_raw, 0.0)
             out[st]["recompute_s"] = out[st]["recompute_s"] + np.where(on, mtp_rc, 0.0)
-    share = np.where(x.pp == 1, n_moe["first"] / model.num_layers, n_moe["middle"] / np.maximum(x.mid, 1))
-    out["ep_raw_slow"] = lambda layers: layers * share * ec["raw"]
     return out
 
 
@@ -192,12 +193,16 @@ def layout_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
     # Components of the slowest stage make up the steady state.
     is_last = (t_last >= t_first) & ((x.pp <= 2) | (t_last >= t_mid))
     is_mid = (~is_last) & (x.pp > 2) & (t_mid > t_first)
-    pick_1f1b = lambda k: np.where(is_last, last[k], np.where(is_mid, mid[k], first[k]))  # noqa: E731
     # DualPipe: the first GPU runs the first and the last stage, half the micro-batches each (pipeline.py)
     dual_ends = (x.pp_sched == 1) & ((x.pp <= 2) | (0.5 * (t_first + t_last) >= t_mid))
     dual_mid = (x.pp_sched == 1) & ~dual_ends
-    pick = {k: np.where(dual_ends, 0.5 * (first[k] + last[k]), np.where(dual_mid, mid[k], pick_1f1b(k)))
-            for k in first}
+
+    def slowest(f, md, la):
+        """The slowest stage's figure of per-stage figures (first, middle, last)."""
+        one_f1b = np.where(is_last, la, np.where(is_mid, md, f))
+        return np.where(dual_ends, 0.5 * (f + la), np.where(dual_mid, md, one_f1b))
+
+    pick = {k: slowest(first[k], mid[k], last[k]) for k in first}
 
     # Data parallelism and optimizer on the larger of the first/last stage.
     psi_e = {st: experts.stage_expert_params(model, x, st) for st in memory.STAGES}
@@ -224,7 +229,7 @@ def layout_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
         "act_offload_s": offload.activation_offload_exposed_s(kept, pick["compute_s"], x, cluster),
         "tp_raw": layers_slow * cl["tp_raw"] + n_rc_slow * cl["tp_raw"] / 2.0,
         "cp_raw": layers_slow * cl["cp_raw"] + n_rc_slow * cl["cp_raw"] / 3.0,
-        "pp_raw": pp_raw, "ep_raw": moe["ep_raw_slow"](layers_slow),
+        "pp_raw": pp_raw, "ep_raw": slowest(*(moe["ep_raw"][st] for st in memory.STAGES)),
     }
 
 
