@@ -70,7 +70,7 @@ projection; MoE layer patterns that are not "the first ``n`` layers dense, then 
 layer MoE"; local/global attention patterns that are not "every ``n``-th layer global". Refused
 as malformed: experts declared but no MoE layer selected (``first_k_dense_replace`` past the layers,
 a step larger than them, ``moe_layers: []``), a step or pattern length of 0, counts that are not
-non-negative integers (``n_shared_experts: false``), DeepSeek/Kimi configs without ``kv_lora_rank``.
+non-negative integers (``n_shared_experts: false``), DeepSeek/Kimi configs with ``kv_lora_rank: null``.
 A value the spec refuses is named by its config key first (``num_experts_per_tok (experts_per_token)``).
 Small extras are ignored: BLOOM's embedding LayerNorm, the o_proj bias of configs with
 ``attention_bias`` but no MLP bias, vision towers of multimodal configs (the text model under
@@ -193,6 +193,12 @@ _SPEC_KEYS: dict[str, _Keys] = {
     "first_dense_layers": _Keys(("first_k_dense_replace",), {"deepseek_v2": 0, "deepseek_v3": 3}),
     "router_num_groups": _Keys(("n_group",), {"deepseek_v2": None, "deepseek_v3": 8}),
     "router_group_topk": _Keys(("topk_group",), {"deepseek_v2": None, "deepseek_v3": 4}),
+    # MLA (DeepSeek-V2/V3 attention): a null q_lora_rank is a full-rank Q projection, not the default
+    "kv_lora_rank": _Keys(("kv_lora_rank",), {"deepseek_v2": 512, "deepseek_v3": 512}),
+    "q_lora_rank": _Keys(("q_lora_rank",), {"deepseek_v2": 1536, "deepseek_v3": 1536}),
+    "qk_rope_head_dim": _Keys(("qk_rope_head_dim",), {"deepseek_v2": 64, "deepseek_v3": 64}),
+    "qk_nope_head_dim": _Keys(("qk_nope_head_dim",), {"deepseek_v2": 128, "deepseek_v3": 128}),
+    "v_head_dim": _Keys(("v_head_dim",), {"deepseek_v2": 128, "deepseek_v3": 128}),
     "mtp_num_layers": _Keys(("num_nextn_predict_layers",)),
     "attention_window": _Keys(("sliding_window", "attention_chunk_size")),
     "activation_clamp": _Keys(("swiglu_limit",)),
@@ -450,18 +456,26 @@ def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, where: str) -
     return out
 
 
-def _mla_fields(cfg: dict[str, Any], where: str) -> dict[str, Any]:
-    """Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): ranks and head widths."""
-    if cfg.get("kv_lora_rank") is None:
+def _mla_fields(cfg: dict[str, Any], family: str, where: str) -> dict[str, Any]:
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): ranks and head widths, an absent key
+    at the family's transformers default."""
+
+    def read(field: str, what: str = "", required: bool = True) -> int | None:
+        default = _hf_default(cfg, field, family, (field,), where)
+        return default if default is not None else _int(cfg, (field,), where, required=required, what=what)
+
+    rank = read("kv_lora_rank", required=False)
+    if rank is None:
         return {}
     out: dict[str, Any] = {
-        "kv_lora_rank": _as_int(cfg["kv_lora_rank"], "kv_lora_rank", where),
-        "q_lora_rank": _int(cfg, ("q_lora_rank",), where, required=False),  # null: full-rank Q projection
-        "qk_rope_head_dim": _int(cfg, ("qk_rope_head_dim",), where, what="MLA rotary head width"),
-        "qk_nope_head_dim": _int(cfg, ("qk_nope_head_dim",), where, what="MLA non-rotary head width"),
+        "kv_lora_rank": rank,
+        "q_lora_rank": read("q_lora_rank", required=False),  # null: full-rank Q projection
+        "qk_rope_head_dim": read("qk_rope_head_dim", "MLA rotary head width"),
+        "qk_nope_head_dim": read("qk_nope_head_dim", "MLA non-rotary head width"),
     }
     out["head_dim"] = out["qk_nope_head_dim"] + out["qk_rope_head_dim"]
-    out["v_head_dim"] = _int(cfg, ("v_head_dim",), where, required=False) or out["qk_nope_head_dim"]
+    # an unknown family's missing v_head_dim: the non-rotary width (the spec's own head_dim rule)
+    out["v_head_dim"] = read("v_head_dim", required=False) or out["qk_nope_head_dim"]
     return out
 
 
@@ -647,7 +661,7 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
         "dropout": dropout,
         "source": f"HF config {name}" + (f" (model_type {family})" if family else ""),
     }
-    mla = _mla_fields(cfg, where)
+    mla = _mla_fields(cfg, family, where)
     if not mla and family in DEEPSEEK_FAMILIES:  # HF DeepseekV2/V3Attention is MLA only
         raise InputError(f"{where}: missing kv_lora_rank: {family} attention is multi-head latent attention "
                          "(DeepSeek-V3 and Kimi-K2: 512)")

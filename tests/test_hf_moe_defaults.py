@@ -88,3 +88,15 @@ def test_missing_moe_key_without_a_default_is_one_line(tmp_path, fixture, drop, 
     assert r.exit_code == 2 and len(out.splitlines()) == 1 and "Traceback" not in out, out
     for w in words:
         assert w in out, (w, out)
+
+
+def test_missing_mla_keys_take_the_deepseek_defaults(tmp_path):
+    """kv_lora_rank absent was refused while the MoE keys were filled: both now take DeepseekV2/V3Config's
+    defaults (512, 1536, 64, 128, 128); an explicit null q_lora_rank stays a full-rank Q projection."""
+    mla = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+    v3 = resolve_model(_write(tmp_path, "deepseek-v3", mla))
+    assert tuple(getattr(v3, f) for f in mla) == (512, 1536, 64, 128, 128)
+    assert c.total_params(v3) == pytest.approx(671e9, rel=5e-3)
+    lite = resolve_model(_write(tmp_path, "deepseek-v2-lite", ("q_lora_rank",)))
+    assert lite.q_lora_rank == 1536  # the Lite config.json says null: full rank
+    assert resolve_model(HF / "deepseek-v2-lite.json").q_lora_rank is None
