@@ -97,9 +97,10 @@ FILE_EFFICIENCY_PREFIX = "efficiency."
 
 def _mark_efficiency(merged: dict[str, Any], data: dict[str, Any], file_name: str, restates: Any = None) -> None:
     """Credit the efficiency terms the file gives explicitly to the file (``sources["efficiency.<term>"]``):
-    an explicit value of the user's wins over a framework profile's default. A full file that restates a
-    catalog system under its name (``restates``, e.g. ``plan-catalog show``'s output) overrides nothing
-    where its value is the catalog's: that system, profiles included."""
+    an explicit value of the user's wins over a framework profile's default. A term at the value of the
+    catalog system the file restates (``restates``: the system of the same name, e.g. ``plan-catalog
+    show``'s output, or the ``base:`` it builds on, e.g. ``plan-calibrate -o``'s complete section)
+    overrides nothing: that system, profiles included."""
     eff = data.get("efficiency")
     if not isinstance(eff, dict) or not isinstance(merged.get("sources", {}), dict):
         return
@@ -127,7 +128,9 @@ def load_cluster_file(path: str | Path) -> ClusterSpec:
         merged["sources"] = dict(merged.get("sources", {}), base=f"catalog {base.name} + {p.name}")
         merged = deep_merge(merged, data)
         _credit_file(merged, data, f"{p.name} (overrides catalog {base.name})")
-        restates = None  # every term it gives is the user's over the base
+        # a term it gives at the base's own value restates the base (plan-calibrate writes the whole
+        # efficiency section): it overrides no framework profile; every other term is the user's
+        restates = base
     else:
         _check_fields(data, ClusterSpec, where)
         merged = dict(data)
