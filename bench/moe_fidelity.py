@@ -859,7 +859,11 @@ def main(argv=None) -> int:
                     "with the ratio at 1, by where their expert-parallel group runs")
     ap.add_argument("--iters", type=int, default=400, help="Nelder-Mead iterations per fit")
     a = ap.parse_args(argv)
-    FIT_HGX_RATIO[0] = a.hgx_ratio
+    if a.write and not a.refit:
+        ap.error("--write writes a refit: add --refit")
+    if a.iters < 1:
+        ap.error(f"--iters: {a.iters} is not a positive number of iterations")
+    FIT_HGX_RATIO[0] = a.hgx_ratio  # every fit below: --refit's and the leave-out refits
     t0 = time.time()
     runs, skipped = load_moe_runs()
     dense = load_dense_runs()
@@ -876,7 +880,7 @@ def main(argv=None) -> int:
             write_profiles(f, rows)
     else:
         terms = builtin_terms()
-        print("terms (built-in): " + ", ".join(f"{k}={v:.3f}" for k, v in terms.items()))
+        print("terms (built-in): " + ", ".join(f"{k}={v:.4g}" for k, v in terms.items()))
     errs = errors(runs, terms)
     derr = errors(dense, terms)
     if a.rows:
