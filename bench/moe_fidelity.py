@@ -825,7 +825,7 @@ def write_profiles(f: Fit, runs) -> None:
                f"{shared_src}; "
                f"{', '.join(k for k in carried if k not in own and k not in fam)} carried from the {REFERENCE} "
                f"megatron fit (hardware/catalog.yaml: "
-               f"{str(ref_block.get('source', ''))[:90]}...)")
+               f"{ref_block.get('source', '')})")
         rest = {k: v for k, v in carried.items() if k not in own and k not in fam}
         systems.setdefault(g, {})["megatron"] = {**own, **fam, **rest, **shared, "source": src}
     for g in SHARED_ONLY:

@@ -132,7 +132,8 @@ def _record_provenance(data: dict[str, Any], key: str, raw: str, old: Any) -> No
     parts = key.split(".")
     if any(p in ("sources", "source", "price_source", "price_date") for p in parts):
         return
-    note = f"what-if override --set {key}={raw}" + (f" (catalog value {short_repr(old)})" if old is not None else "")
+    note = f"what-if override --set {key}={raw}" + (f" (catalog value {old:.6g})" if isinstance(old, float) else
+                                                    f" (catalog value {short_repr(old)})" if old is not None else "")
     if parts[0] in ("gpu", "node") and len(parts) >= 2:
         sources = data[parts[0]].setdefault("sources", {})
         field = ".".join(parts[1:])

@@ -186,7 +186,7 @@ def for_framework(cluster: ClusterSpec, framework: str | None, compiled: bool = 
     spec = profile_for(cluster, name)
     own = file_efficiency(cluster)
     if own:
-        kept = ", ".join(f"{k}={v}" for k, (v, _) in own.items())
+        kept = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, (v, _) in own.items())
         where = sorted({w for _, w in own.values()})
         spec = spec.model_copy(update={**{k: v for k, (v, _) in own.items()}, "source": (
             f"{kept} kept from {', '.join(where)} over the {name} profile (a cluster file's explicit value wins "
