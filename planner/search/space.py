@@ -207,6 +207,17 @@ def _divisors(n: int) -> np.ndarray:
     return np.unique(np.concatenate([small, n // small]))
 
 
+def given_degrees(name: str, cand: np.ndarray, ok: np.ndarray, given, why) -> np.ndarray:
+    """The degrees of knob ``name`` the space keeps: ``cand[ok]``. A set the user ``given``
+    (``--tp 1..16``, ``--ep 4,8,12``) filters the space like any default domain: the values that
+    break a rule are dropped; only when none is left is the request refused, with ``name: why()``.
+    The one rule of every degree knob's user values (tp, cp, pp, ep, etp)."""
+    out = cand[ok]
+    if given and out.size == 0:
+        raise InputError(f"{name}: {why()}")
+    return out
+
+
 def tp_domain(model: ModelSpec, cluster: ClusterSpec, knobs: Knobs) -> np.ndarray:
     """Tensor-parallel degrees allowed by the model's shape, the NVLink domain and the bounds."""
     dom = cluster.node.intra_domain_size
@@ -215,10 +226,8 @@ def tp_domain(model: ModelSpec, cluster: ClusterSpec, knobs: Knobs) -> np.ndarra
     ok = (a % cand == 0) & ((g % cand == 0) | (cand % g == 0)) & (f % cand == 0)
     inside = dom % cand == 0
     across = (cand % dom == 0) if knobs.allow_cross_node_tp else np.zeros_like(ok)
-    out = cand[ok & (inside | across)]
-    if knobs.tp and out.size == 0:
-        raise InputError(f"tp: {_tp_refusal(model, cluster, knobs, cand, ok)}")
-    return out
+    return given_degrees("tp", cand, ok & (inside | across), knobs.tp,
+                         lambda: _tp_refusal(model, cluster, knobs, cand, ok))
 
 
 def _tp_refusal(model: ModelSpec, cluster: ClusterSpec, knobs: Knobs, cand: np.ndarray, ok: np.ndarray) -> str:
@@ -310,11 +319,9 @@ def pp_domain(model: ModelSpec, knobs: Knobs):
         order = np.argsort(np.concatenate([p, extra[:, 0]]), kind="stable")
         p, first, mid, last = (np.concatenate([col, extra[:, j]])[order] for j, col in enumerate((p, first, mid, last)))
         uneven = np.concatenate([uneven, np.ones(len(extra), dtype=bool)])[order]
-    if knobs.pp and p.size == 0:
-        raise InputError(
-            f"pp: none of {list(knobs.pp)} divides num_layers {l} or splits it unevenly "
-            "(middle stages ceil(l/pp) layers, the first and last stages sharing the rest)"
-        )
+    given_degrees("pp", p, np.ones(p.size, dtype=bool), knobs.pp,
+                  lambda: f"none of {list(knobs.pp)} divides num_layers {l} or splits it unevenly "
+                          "(middle stages ceil(l/pp) layers, the first and last stages sharing the rest)")
     return p, first, mid, last, uneven
 
 
@@ -358,10 +365,8 @@ def cp_domain(seq_len: int, knobs: Knobs) -> np.ndarray:
     else:
         top = knobs.max_cp or max(1, seq_len // MIN_CP_TOKENS)
         cand = 2 ** np.arange(0, int(np.log2(top)) + 1, dtype=np.int64)
-    out = cand[(cand == 1) | (seq_len % (2 * cand) == 0)]
-    if knobs.cp and out.size == 0:
-        raise InputError(f"cp: none of {list(knobs.cp)} is 1 or divides seq_len/2 ({seq_len}/2)")
-    return out
+    return given_degrees("cp", cand, (cand == 1) | (seq_len % (2 * cand) == 0), knobs.cp,
+                         lambda: f"none of {list(knobs.cp)} is 1 or divides seq_len/2 ({seq_len}/2)")
 
 
 def micro_batch_domain(knobs: Knobs, max_gb: int) -> np.ndarray:
@@ -398,25 +403,28 @@ def expert_domain(model: ModelSpec, cluster: ClusterSpec, knobs: Knobs):
     The user's lists are checked against the model here.
     """
     one = np.ones(1, dtype=np.int64)
-    if not model.is_moe:
-        if (knobs.ep and knobs.ep != [1]) or (knobs.etp and knobs.etp != [1]):
-            raise InputError(f"ep: {model.name} is a dense model; ep and etp must be 1")
+    if not model.is_moe:  # a dense model keeps ep = etp = 1 of the user's values
+        for name, vals in (("ep", knobs.ep), ("etp", knobs.etp)):
+            v = np.asarray(vals or [], dtype=np.int64)
+            given_degrees(name, v, v == 1, vals,
+                          lambda name=name: f"{model.name} is a dense model (no experts); {name} must be 1")
         return one, one
     E, fe = model.num_experts, model.expert_ffn_hidden_size
-    if knobs.ep:
+    if knobs.ep:  # the user's values: those dividing the experts (as --tp's those dividing the heads)
         ep = np.asarray(knobs.ep, dtype=np.int64)
-        bad = [int(v) for v in ep if E % v]
-        if bad:
-            raise InputError(f"ep: {bad} do not divide num_experts {E} of {model.name}; use divisors")
+        ep = given_degrees("ep", ep, E % ep == 0, knobs.ep,
+                           lambda: f"none of {list(knobs.ep)} divides num_experts {E} of {model.name}; use "
+                                   f"divisors: {', '.join(map(str, _divisors(E).tolist()))}")
     else:
         ep = 2 ** np.arange(0, int(np.log2(E)) + 1, dtype=np.int64)
         ep = ep[(E % ep == 0) & (E // ep <= MAX_LOCAL_EXPERTS)]
         ep = ep if ep.size else np.asarray([E], dtype=np.int64)
     if knobs.etp:
         etp = np.asarray(knobs.etp, dtype=np.int64)
-        bad = [int(v) for v in etp if fe % v]
-        if bad:
-            raise InputError(f"etp: {bad} do not divide expert_ffn_hidden_size {fe} of {model.name}; use divisors")
+        etp = given_degrees("etp", etp, fe % etp == 0, knobs.etp,
+                            lambda: f"none of {list(knobs.etp)} divides expert_ffn_hidden_size {fe} of "
+                                    f"{model.name}; use divisors: "
+                                    f"{', '.join(map(str, [d for d in _divisors(fe).tolist() if d <= 64]))}")
     else:
         dom = cluster.node.intra_domain_size
         etp = 2 ** np.arange(0, int(np.log2(max(dom, 1))) + 1, dtype=np.int64)
