@@ -163,9 +163,10 @@ def main(runs: Path, gpu_ref: str, output: Path, sets: tuple[str, ...], iters: i
     from plan_search.models.output import check_output, write_text_atomic
 
     base_name, cluster, doc = _resolve_gpu(gpu_ref, sets)
-    # before the fit (tens of seconds): a regular file or none, in an existing directory, and
+    # before the fit (tens of seconds): a regular file or none, in a directory that exists or can be made, and
     # not the runs file nor the cluster file read (by device and inode: a hard link is caught)
-    check_output(output, "--output", [runs] + ([Path(gpu_ref)] if doc is not None else []))
+    # a missing directory is created on write, as plan-sweep's and plan-search --plot's (one rule)
+    check_output(output, "--output", [runs] + ([Path(gpu_ref)] if doc is not None else []), make_parents=True)
     records = load_runs(runs, gpu=base_name)
     if not records:
         others = sorted({r.gpu for r in load_runs(runs)})

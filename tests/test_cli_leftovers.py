@@ -2,6 +2,8 @@
 
 - every degree knob's set (``--tp``, ``--cp``, ``--pp``, ``--ep``, ``--etp``) filters the space the same
   way: values that break a rule are dropped, the request refused only when none is left (space.given_degrees);
+- ``plan-calibrate -o`` into a missing directory creates it, as plan-sweep and plan-search --plot do
+  (models.output.check_output / atomic_output, the one writer of every output);
 """
 
 from __future__ import annotations
@@ -60,3 +62,19 @@ def test_a_degree_set_with_no_valid_value_is_refused_naming_its_knob():
                                          "--etp", "2"])
     assert r.exit_code == 2
     assert _one_line(r) == "error: etp: megatron-gpt-1.7b is a dense model (no experts); etp must be 1"
+
+
+def test_plan_calibrate_creates_the_output_directory_as_the_other_commands_do(tmp_path):
+    from pathlib import Path
+
+    import yaml
+
+    from plan_search.cli.calibrate import main as calibrate_main
+    from plan_search.hardware.resolve import resolve_cluster
+
+    runs = Path(__file__).parent / "data" / "runs" / "small-runs.csv"
+    out = tmp_path / "new" / "dir" / "my-a100.yaml"  # was refused: "the directory ... does not exist"
+    r = CliRunner().invoke(calibrate_main, [str(runs), "--gpu", "a100", "-o", str(out), "--iters", "2"])
+    assert r.exit_code == 0, r.output
+    assert yaml.safe_load(out.read_text())["base"] and resolve_cluster(str(out)).efficiency is not None
+    assert [p.name for p in out.parent.iterdir()] == ["my-a100.yaml"]  # no temporary file left beside it

@@ -159,8 +159,9 @@ def test_calibrate_refuses_a_hard_link_of_its_runs_file_before_fitting(tmp_path)
 
 
 def test_calibrate_checks_the_output_directory_before_fitting(tmp_path):
-    r = CliRunner().invoke(calibrate_cli, [str(RUNS), "--gpu", "a100-80gb", "-o", str(tmp_path / "no" / "x.yaml")])
-    assert r.exit_code == 2 and "does not exist" in _one_error_line(r.stderr)
+    (tmp_path / "file").write_text("x")  # a missing directory is created (test_cli_leftovers); a file is no directory
+    r = CliRunner().invoke(calibrate_cli, [str(RUNS), "--gpu", "a100-80gb", "-o", str(tmp_path / "file" / "x.yaml")])
+    assert r.exit_code == 2 and "not a directory" in _one_error_line(r.stderr)
     assert "fitting" not in r.stderr  # refused before the fit, not after it
 
 
