@@ -51,13 +51,11 @@ PROFILES = ("megatron", "torchtitan", "torchtitan-eager", "deepspeed")
 EAGER_OVER_COMPILED = round((5762 / 6667 + 5605 / 6514) / 2, 4)
 #: Structural terms of each framework family: what its kernels and collectives are, from its code,
 #: never fitted. torchtitan (compiled, the default of its benchmarks): torch.compile per block
-#: (parallelize_llama.apply_compile @9dec370); deepspeed: ZeRO-3 per-module flat collectives. torchtitan
-#: runs a MoE layer's local experts as one grouped kernel, ``torch._grouped_mm`` (pytorch/torchtitan@b5bcd76
-#: torchtitan/models/common/moe.py and models/gpt_oss/moe.py), so its experts' GEMMs carry no per-expert
-#: call time (``EfficiencySpec.grouped_gemm_call_s``: Transformer Engine's GroupedLinear, one cuBLAS GEMM
-#: per expert, which Megatron runs; DeepSpeed-MoE loops over its experts' modules, kept).
-FAMILY_STRUCTURE = {"megatron": {}, "torchtitan": {"kernel_fusion": "compiled", "grouped_gemm_call_s": 0.0},
-                    "torchtitan-eager": {"kernel_fusion": "eager", "grouped_gemm_call_s": 0.0},
+#: (parallelize_llama.apply_compile @9dec370); deepspeed: ZeRO-3 per-module flat collectives. How a MoE
+#: layer's local experts' GEMMs run (one kernel, torchtitan's ``torch._grouped_mm``, or one GEMM per expert)
+#: is the plan's ``moe_grouped_gemm``, at each framework's value (planner/frameworks/rules.MEMORY_KNOBS).
+FAMILY_STRUCTURE = {"megatron": {}, "torchtitan": {"kernel_fusion": "compiled"},
+                    "torchtitan-eager": {"kernel_fusion": "eager"},
                     "deepspeed": {"zero3_flat": True}}
 
 #: Attention kernels: torchtitan runs SDPA's flash backend, FlashAttention-2 (under context
@@ -78,8 +76,6 @@ FAMILY_TERM_SOURCES = {
     ("kernel_fusion", "eager"): "each element-wise op its own pass, planner.costmodel.compute."
                                 "unfused_membound_fwd_bytes",
     ("zero3_flat", True): "DeepSpeed ZeRO-3 per-module flat collectives",
-    ("grouped_gemm_call_s", 0.0): "a MoE layer's experts in one torch._grouped_mm kernel, torchtitan "
-                                  "models/common/moe.py @b5bcd76",
     "attention_eff": "FlashAttention-2 over cuDNN fused attention on H100, Shah et al. 2024 (FlashAttention-3)",
 }
 

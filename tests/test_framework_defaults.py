@@ -251,14 +251,15 @@ def test_a_term_at_its_base_value_overrides_no_profile(tmp_path):
     """plan-calibrate writes a complete efficiency section onto its base: the terms it left at the
     base's values (kernel_fusion fused, Megatron's per-expert GEMM call time) restate the base and must
     not override a framework's profile, while a term it changed does (hardware.resolve._mark_efficiency).
-    torchtitan's MoE experts stay one grouped kernel and its blocks compiled on such a file."""
+    torchtitan's blocks stay compiled on such a file (and its MoE experts one grouped kernel, the plan's)."""
     base = get_cluster(H100).efficiency
     full = tmp_path / "calibrated.yaml"
     full.write_text(f"base: h100-sxm\nefficiency:\n  kernel_fusion: fused\n  grouped_gemm_call_s: {base.grouped_gemm_call_s!r}\n"
                     f"  gemm_eff_max: 0.5\n")
     kw = dict(num_gpus=8, ep=8, zero=3, global_batch=64, seq_len=4096, recompute="full", framework="torchtitan")
     e = ps.estimate("qwen3-30b-a3b", str(full), **kw)
-    assert e.efficiency.kernel_fusion == "compiled" and e.efficiency.grouped_gemm_call_s == 0.0
+    assert e.efficiency.kernel_fusion == "compiled" and e.plan.moe_grouped_gemm == "fused"
+    assert e.efficiency.grouped_gemm_call_s == base.grouped_gemm_call_s
     assert e.efficiency.gemm_eff_max == 0.5 and "gemm_eff_max=0.5 kept from cluster file calibrated.yaml" in e.efficiency.source
     same = ps.estimate("qwen3-30b-a3b", H100, sets=["efficiency.gemm_eff_max=0.5"], **kw)
     assert e.step_time_s == same.step_time_s

@@ -11,6 +11,7 @@ import plan_search as ps
 from plan_search.hardware.catalog import get_cluster
 from plan_search.models.catalog import get_model
 from plan_search.planner.costmodel import compute, experts
+from plan_search.models.io import InputError
 
 B200 = "b200"
 
@@ -95,20 +96,48 @@ def test_each_local_experts_gemm_adds_its_call_time():
 
 
 def test_torchtitan_runs_the_experts_as_one_grouped_kernel():
-    """torchtitan's MoE experts are one torch._grouped_mm per GEMM (hardware.profiles.FAMILY_STRUCTURE):
-    no per-expert call time, where Megatron (Transformer Engine's GroupedLinear) pays it for each local
-    expert; the profile's source says why. The same plan on the same GPU differs by at least those calls
-    (8 micro-batches x 48 layers x 6 x 16 local experts)."""
+    """torchtitan's MoE experts are one torch._grouped_mm per GEMM: its plans run moe_grouped_gemm fused
+    (rules.MEMORY_KNOBS, the framework's only value), one call per GEMM where Megatron (Transformer Engine's
+    GroupedLinear) pays grouped_gemm_call_s for each local expert. The same plan on the same GPU and profile
+    differs by exactly the calls saved: 8 micro-batches x 48 layers x 6 GEMMs x (16 - 1) local experts."""
     kw = dict(num_gpus=8, ep=8, global_batch=64, seq_len=4096, recompute="none", moe_imbalance=1.0, zero=3)
     tt = ps.estimate("qwen3-30b-a3b", "h100-sxm", framework="torchtitan", **kw)
-    mg = ps.estimate("qwen3-30b-a3b", "h100-sxm", framework="megatron", **kw)
-    assert tt.efficiency.grouped_gemm_call_s == 0.0 and "torch._grouped_mm" in tt.efficiency.source
-    assert mg.efficiency.grouped_gemm_call_s > 1e-6
-    # torchtitan's own profile with Megatron's per-expert call time put back: slower by exactly the calls
+    assert tt.plan.moe_grouped_gemm == "fused"
+    call_s = tt.efficiency.grouped_gemm_call_s
+    assert call_s > 1e-6
     c = get_cluster("h100-sxm")
-    back = c.model_copy(update={"efficiency": tt.efficiency.model_copy(
-        update={"grouped_gemm_call_s": mg.efficiency.grouped_gemm_call_s})})
     as_tt = c.model_copy(update={"efficiency": tt.efficiency})
-    calls = 8 * 48 * 6 * 16 * mg.efficiency.grouped_gemm_call_s
-    assert ps.estimate("qwen3-30b-a3b", as_tt, **kw).time.compute_s == pytest.approx(tt.time.compute_s, rel=1e-12)
-    assert ps.estimate("qwen3-30b-a3b", back, **kw).time.compute_s - tt.time.compute_s == pytest.approx(calls, rel=1e-6)
+    loop = ps.estimate("qwen3-30b-a3b", as_tt, moe_grouped_gemm="loop", **kw).time.compute_s
+    fused = ps.estimate("qwen3-30b-a3b", as_tt, moe_grouped_gemm="fused", **kw).time.compute_s
+    assert fused == pytest.approx(tt.time.compute_s, rel=1e-12)
+    assert loop - fused == pytest.approx(8 * 48 * 6 * 15 * call_s, rel=1e-6)
+    with pytest.raises(InputError, match=r"torchtitan-moe-grouped-gemm.*torch\._grouped_mm"):
+        ps.estimate("qwen3-30b-a3b", "h100-sxm", framework="torchtitan", moe_grouped_gemm="loop", **kw)
+
+
+def test_fused_grouped_mlp_is_one_call_per_gemm_and_megatron_emits_it():
+    """moe_grouped_gemm fused (Transformer Engine's CuTe-DSL fused grouped MLP, rules._TE_FUSED_MLP) saves
+    every local expert's call but one: Qwen3-30B-A3B on 8 B200 at MXFP8, ep 8 (16 local experts), 8
+    micro-batches of 48 MoE layers and 6 GEMMs each. Megatron-LM gets the op fuser and the GLU interleave
+    it needs, and reads them back as the same knob; bf16 (no block-scaled recipe) is refused in a line
+    that names the knob, and NeMo 2.7.3's Megatron-Core (0.16.1, no op fuser) breaks its own rule."""
+    kw = dict(num_gpus=8, ep=8, global_batch=64, seq_len=4096, recompute="none", moe_imbalance=1.0,
+              precision="mxfp8", framework="megatron")
+    loop = ps.estimate("qwen3-30b-a3b", "b200", **kw)
+    fused = ps.estimate("qwen3-30b-a3b", "b200", moe_grouped_gemm="fused", **kw)
+    call_s = loop.efficiency.grouped_gemm_call_s
+    assert loop.time.compute_s - fused.time.compute_s == pytest.approx(8 * 48 * 6 * 15 * call_s, rel=1e-6)
+    assert fused.time.ep_comm_s == pytest.approx(loop.time.ep_comm_s, rel=1e-12)
+    from plan_search.planner.frameworks import emit
+
+    args = emit.to_megatron_args(fused.plan, get_model("qwen3-30b-a3b"))
+    i = args.index("--moe-mlp-glu-interleave-size")
+    assert "--use-transformer-engine-op-fuser" in args and args[i + 1] == "32"
+    assert "--use-transformer-engine-op-fuser" not in emit.to_megatron_args(loop.plan, get_model("qwen3-30b-a3b"))
+    with pytest.raises(InputError, match=r"moe_grouped_gemm fused with precision bf16"):
+        ps.estimate("qwen3-30b-a3b", "b200", **{**kw, "precision": "bf16"}, moe_grouped_gemm="fused")
+    assert emit.from_megatron_args(args, 8).moe_grouped_gemm == "fused"
+    from plan_search.planner.frameworks import rules
+
+    broken = [v.rule.id for v in rules.check("nemo", fused.plan, get_model("qwen3-30b-a3b"))]
+    assert "nemo-moe-grouped-gemm" in broken and "megatron-moe-fused-grouped-mlp" not in broken

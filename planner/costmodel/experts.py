@@ -294,13 +294,14 @@ def rows_efficiency(per, cluster: ClusterSpec):
     return 1.0 - np.exp(-np.asarray(per, dtype=float) / s)
 
 
-def _grouped_gemm_s(rows, groups, k, n, cluster: ClusterSpec, fp8, balanced=True):
+def _grouped_gemm_s(rows, groups, k, n, cluster: ClusterSpec, fp8, balanced=True, fused=False):
     """``groups`` GEMMs sharing ``rows`` token rows, each ``(rows/groups) x k`` by ``k x n``, in the
     precision recipe ``fp8`` (a ``PlanArrays.fp8`` code: peaks and operand bytes of
     :data:`compute.RECIPES`, as :func:`compute._gemm_s` prices a dense GEMM). Each expert's rows run
     in whole tiles of :data:`GROUPED_GEMM_TILE_M` rows: ``ceil(per / tile) * tile`` with ``balanced``
     routing (every expert gets the same count), half a tile more than ``per`` on average otherwise.
-    Each of the ``groups`` GEMMs also costs ``grouped_gemm_call_s`` (:data:`GROUPED_GEMM_CALL_NOTE`)."""
+    Each of the ``groups`` GEMMs also costs ``grouped_gemm_call_s`` (:data:`GROUPED_GEMM_CALL_NOTE`);
+    ``fused`` (Plan ``moe_grouped_gemm``): one kernel runs every expert's GEMM, one call in all."""
     gpu, e = cluster.gpu, cluster.efficiency
     per = rows / groups
     tile = GROUPED_GEMM_TILE_M
@@ -316,7 +317,8 @@ def _grouped_gemm_s(rows, groups, k, n, cluster: ClusterSpec, fp8, balanced=True
     qbytes = compute._recipe_table("elem_bytes", code)
     traffic = groups * k * n * qbytes + rows * (k * qbytes + n * compute.BF16_BYTES)
     hbm = gpu.hbm_bandwidth_gbps * 1e9 * e.hbm_eff
-    return np.maximum(flops / np.maximum(rate, 1e-30), traffic / hbm) + groups * e.grouped_gemm_call_s
+    calls = np.where(fused, 1.0, groups)
+    return np.maximum(flops / np.maximum(rate, 1e-30), traffic / hbm) + calls * e.grouped_gemm_call_s
 
 
 def _mlp_fwd_s(model: ModelSpec, cluster: ClusterSpec, tokens, ffn_local, fp8):
@@ -466,8 +468,8 @@ def moe_layer_times(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> di
     rows = routed_rows(m, x)
     groups = (E / x.ep).astype(float)
     bal = imbalance(x) <= 1.0
-    routed = (_grouped_gemm_s(rows, groups, h, up, cluster, x.fp8, bal)
-              + _grouped_gemm_s(rows, groups, fe, h, cluster, x.fp8, bal))
+    routed = (_grouped_gemm_s(rows, groups, h, up, cluster, x.fp8, bal, x.gemm_fused)
+              + _grouped_gemm_s(rows, groups, fe, h, cluster, x.fp8, bal, x.gemm_fused))
     shared_w = m.num_shared_experts * (m.shared_expert_ffn_hidden_size or 0)
     shared = _mlp_fwd_s(m, cluster, T, shared_w / t, x.fp8) if shared_w else 0.0
     dense_mlp = _mlp_fwd_s(m, cluster, T, m.ffn_hidden_size / t, x.fp8)

@@ -203,6 +203,12 @@ class Plan(NoBoolNumbers):
         default="alltoall", description="token dispatcher: alltoall, allgather (AG/RS), flex (DeepEP, NIC-deduplicated)")
     moe_overlap: bool = Field(
         default=False, description="hide dispatch/combine behind other micro-batches' compute (ep_overlap of it)")
+    moe_grouped_gemm: Literal["loop", "fused"] = Field(
+        default="loop", description="how a MoE layer's local experts' GEMMs run: loop (Transformer Engine's "
+        "GroupedLinear, Megatron-Core's --moe-grouped-gemm: one cuBLAS GEMM per local expert, each adding the "
+        "efficiency's grouped_gemm_call_s) or fused (one kernel for every local expert: TE's CuTe-DSL fused grouped "
+        "MLP, NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 with --use-transformer-engine-op-fuser, Blackwell MXFP8/NVFP4; "
+        "torchtitan's torch._grouped_mm)")
     moe_imbalance: float = Field(
         default=1.1, ge=1.0, le=100.0, allow_inf_nan=False,
         description="tokens on the busiest expert rank / mean; 1.0 force-balanced, real routing 1.04-1.20")

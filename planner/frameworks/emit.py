@@ -274,6 +274,8 @@ def megatron_moe_args(p: Plan, m: ModelSpec) -> list[str]:
         a.append("--moe-enable-deepep")
     if p.moe_overlap:
         a.append("--overlap-moe-expert-parallel-comm")
+    if p.moe_grouped_gemm == "fused":  # TE's CuTe-DSL fused grouped MLP needs a GLU interleave of 32
+        a += ["--use-transformer-engine-op-fuser", "--moe-mlp-glu-interleave-size", "32"]  # (rules._TE_FUSED_MLP)
     return a
 
 
@@ -395,7 +397,8 @@ def from_megatron_args(args: Sequence[str], num_gpus: int) -> Plan:
         moe = dict(ep=ns.expert_model_parallel_size or 1,
                    etp=ns.expert_tensor_parallel_size if ns.expert_tensor_parallel_size else tp,
                    moe_dispatcher=ns.moe_token_dispatcher_type or "allgather",
-                   moe_overlap=bool(ns.overlap_moe_expert_parallel_comm))
+                   moe_overlap=bool(ns.overlap_moe_expert_parallel_comm),
+                   moe_grouped_gemm="fused" if ns.use_transformer_engine_op_fuser else "loop")
     return _plan(**moe, **memory, **_megatron_dp_knobs(ns, num_gpus // (tp * pp * cp), zero),
         num_gpus=num_gpus, tp=tp, pp=pp, cp=cp, vpp=vpp, zero=zero, micro_batch=ns.micro_batch_size,
         global_batch=ns.global_batch_size, seq_len=ns.seq_length, recompute=recompute, recompute_layers=rc_layers,
@@ -1029,6 +1032,9 @@ def _notes(framework: str, p: Plan, m: ModelSpec) -> list[str]:
         if m.is_moe:
             n.append("MoE: the step time assumes moe_imbalance x the balanced load on the busiest expert rank; "
                      "--moe-router-load-balancing-type and --moe-aux-loss-coeff are yours")
+            if p.moe_grouped_gemm == "fused":
+                n.append("export NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 before Transformer Engine is imported (TE >= 2.17 "
+                         "runs the fused grouped MLP only with it)")
     elif framework == "deepspeed":
         n.append("seq_len and the attention kernel are the model code's (the config does not carry them)")
         n.append("the loss is the model code's: torch cross_entropy on " + (

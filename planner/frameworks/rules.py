@@ -474,6 +474,29 @@ def _moe_overlap_mcore(p: Plan, m: ModelSpec, c) -> Optional[str]:
     return None
 
 
+#: Where the fused grouped MLP's conditions are read (moe_grouped_gemm fused under Megatron-Core).
+_TE_FUSED_MLP = ("NVIDIA/TransformerEngine@v2.17 (91bb9cf) transformer_engine/pytorch/ops/fused/grouped_mlp.py "
+                 "fuse_grouped_mlp_ops (MXFP8 or NVFP4 recipe; GroupedLinear + SwiGLU/clamped quick-GEGLU + "
+                 "GroupedLinear) and is_supported (NVTE_CUTEDSL_FUSED_GROUPED_MLP=1, compute capability 10); "
+                 "NVIDIA/Megatron-LM@d98e8a64 megatron/core/transformer/moe/experts.py _is_fused_impl_supported "
+                 "(use_transformer_engine_op_fuser, TE >= 2.14, no expert tensor parallelism, SiLU or quick-GELU "
+                 "GLU); NVIDIA-NeMo/Megatron-Bridge@f83545d scripts/performance/perf_plugins.py and "
+                 "utils/overrides.py (cutedsl_fused_grouped_mlp: the env variable, use_transformer_engine_op_fuser, "
+                 "moe_mlp_glu_interleave_size 32)")
+
+
+def _fused_grouped_mlp_mcore(p: Plan, m: ModelSpec, c) -> Optional[str]:
+    if not m.is_moe or p.moe_grouped_gemm != "fused":
+        return None
+    if p.precision not in ("mxfp8", "nvfp4"):
+        return f"moe_grouped_gemm fused with precision {p.precision} (use mxfp8 or nvfp4, or moe_grouped_gemm loop)"
+    if p.etp > 1:
+        return f"moe_grouped_gemm fused with etp {p.etp} (use etp 1)"
+    if m.activation not in ("swiglu", "geglu"):
+        return f"moe_grouped_gemm fused with activation {m.activation}"
+    return None
+
+
 def _moe_rules_mcore(fw: str) -> list[Rule]:
     mlm = fw == "megatron"
     out = [
@@ -488,6 +511,9 @@ def _moe_rules_mcore(fw: str) -> list[Rule]:
         Rule(f"{fw}-moe-overlap", fw, "overlap_moe_expert_parallel_comm needs ep > 1, the alltoall/flex "
              "dispatcher, no full recomputation and, with pp > 1, virtual stages",
              f"{_MC_MOE} megatron/core/transformer/transformer_config.py __post_init__", _moe_overlap_mcore),
+        Rule(f"{fw}-moe-fused-grouped-mlp", fw, "the fused grouped MLP (moe_grouped_gemm fused) is Transformer "
+             "Engine's CuTe-DSL kernel: an MXFP8 or NVFP4 recipe on Blackwell (sm100), etp 1 and a gated SiLU or "
+             "quick-GELU expert MLP", _TE_FUSED_MLP, _fused_grouped_mlp_mcore),
     ]
     if mlm:
         out.append(Rule(f"{fw}-moe-fp16", fw, "expert parallelism and grouped GEMMs are not supported with fp16",
@@ -646,7 +672,12 @@ _DS_PREC = ("deepspeedai/DeepSpeed@edaa7221 deepspeed/runtime/precision_config.p
             "(bf16_master_weights_and_grads: bf16 master weights; bf16_optimizer_states only with it) and "
             "runtime/config.py; the loss is the model code's (no config key)")
 
-#: Per framework, the values of each memory knob (and of act_clamp_fused, a kernel's fusion, issue 13) it can
+_TT_GROUPED_MM = ("pytorch/torchtitan@b5bcd76 torchtitan/models/common/moe.py and models/gpt_oss/moe.py "
+                  "(GroupedExperts: torch._grouped_mm over every local expert)")
+_DS_EXPERTS = ("deepspeedai/DeepSpeed@edaa7221 deepspeed/moe/experts.py Experts.forward (a loop over the local "
+               "experts' modules)")
+
+#: Per framework, the values of each memory knob (and of act_clamp_fused and moe_grouped_gemm, kernels, issue 13) it can
 #: run; the first is its default where the framework is
 #: named (``with_defaults`` and the search's knobs, when the user gave none).
 MEMORY_KNOBS: dict[str, dict[str, tuple]] = {
@@ -662,10 +693,11 @@ MEMORY_KNOBS: dict[str, dict[str, tuple]] = {
     # the model code's PyTorch loss (fp32 or bf16 logits); fp32 masters and moments (bf16 optimizer states need
     # bf16 master weights, which master_weights cannot state)
     "deepspeed": {"cross_entropy": ("pytorch", "pytorch_bf16"), "adam_moments_dtype": ("fp32",),
-                  "master_weights": ("fp32",), "act_fp8_input_store": (False,), "act_clamp_fused": (False, True)},
+                  "master_weights": ("fp32",), "act_fp8_input_store": (False,), "act_clamp_fused": (False, True),
+                  "moe_grouped_gemm": ("loop",)},
     # the activation clamp is the model code's: fused when the user compiles it (torch.compile)
     "torchtitan": {"cross_entropy": ("pytorch",), "adam_moments_dtype": ("fp32",), "master_weights": ("fp32",),
-                   "act_fp8_input_store": (False,), "act_clamp_fused": (False, True)},
+                   "act_fp8_input_store": (False,), "act_clamp_fused": (False, True), "moe_grouped_gemm": ("fused",)},
 }
 _MEMORY_TEXT = {
     "megatron": {"cross_entropy": ("the loss is Megatron-Core's vocab-parallel cross entropy (fp32 softmax; fused "
@@ -688,7 +720,10 @@ _MEMORY_TEXT = {
                                 "master_weights fp32 or bf16_remainder", f"{_MC} OptimizerConfig; {_MLM_OPT}"),
              "act_fp8_input_store": ("", _MLM_ACT),
              "act_clamp_fused": ("Megatron-Core clamps a clamped activation (GPT-OSS) in eager PyTorch: "
-                                 "act_clamp_fused off", f"{_NM} on {_MC}; {_MLM_CLAMP}")},
+                                 "act_clamp_fused off", f"{_NM} on {_MC}; {_MLM_CLAMP}"),
+             "moe_grouped_gemm": ("Megatron-Core 0.16.1 (NeMo 2.7.3's) has no fused grouped MLP "
+                                  "(use_transformer_engine_op_fuser arrives in core 0.18): moe_grouped_gemm loop",
+                                  f"{_NM} on {_MC}; {_TE_FUSED_MLP}")},
     "deepspeed": {"cross_entropy": ("the loss is the model code's PyTorch cross entropy (the config has no loss "
                                     "setting; Megatron's and TE's vocab-parallel losses come with Megatron-DeepSpeed's "
                                     "model code): cross_entropy pytorch or pytorch_bf16", _DS_PREC),
@@ -698,7 +733,9 @@ _MEMORY_TEXT = {
                   "master_weights": ("the ZeRO/BF16 optimizers keep fp32 master weights (bf16 ones, "
                                      "bf16_master_weights_and_grads, are not a master_weights value)", _DS_PREC),
                   "act_fp8_input_store": ("no FP8 activation store (FP8 would be the model code's)", _DS_PREC),
-                  "act_clamp_fused": ("", _DS_PREC)},
+                  "act_clamp_fused": ("", _DS_PREC),
+                  "moe_grouped_gemm": ("DeepSpeed-MoE runs its local experts as separate modules, one GEMM each: "
+                                       "moe_grouped_gemm loop", _DS_EXPERTS)},
     "torchtitan": {"cross_entropy": ("the loss is torch cross_entropy on fp32 logits (pred.float()): "
                                      "cross_entropy pytorch", _TT_LOSS),
                    "adam_moments_dtype": ("the optimizer's states take the fp32 parameters' dtype: "
