@@ -322,6 +322,19 @@ def _as_run(framework: str | None, emit: bool, plan, model, cluster):
     return plan, (emitters.emit(framework, plan, model, cluster) if emit else None)
 
 
+def _degrees_against_model(model, knobs: dict) -> None:
+    """The model's rules (:meth:`Plan.check_against`) on the degrees given (tp, ep, etp), the rest
+    at the Plan's defaults: an InputError naming the degree when the model cannot take it. Called
+    when the plan's own arithmetic refused it, so ``--ep 7`` on 8 experts says "7 does not divide
+    num_experts 8" rather than "make the GPUs a multiple of 7" (which would not help)."""
+    from plan_search.planner.costmodel.plan import Plan
+
+    given = {k: knobs[k] for k in ("tp", "ep", "etp") if isinstance(knobs.get(k), int)}
+    if given:
+        probe = Plan.model_construct(**{**{k: f.default for k, f in Plan.model_fields.items()}, **given})
+        probe.check_against(model)
+
+
 # ------------------------------------------------------------------ command
 
 
@@ -378,11 +391,15 @@ def main(model_ref: str, gpu_ref: str, num_gpus: int, dp: int | None, global_bat
     cluster = apply_overrides(base, sets)
     overrides = describe_overrides(sets, base) if sets else []
     knobs = collect(knob_args, multi=False)
-    plan = Plan(
-        num_gpus=num_gpus, dp=dp,
-        global_batch=global_batch if global_batch is not None else model.global_batch,
-        seq_len=seq_len if seq_len is not None else model.seq_len, **knobs,
-    )
+    try:
+        plan = Plan(
+            num_gpus=num_gpus, dp=dp,
+            global_batch=global_batch if global_batch is not None else model.global_batch,
+            seq_len=seq_len if seq_len is not None else model.seq_len, **knobs,
+        )
+    except ValueError:
+        _degrees_against_model(model, knobs)  # a degree the model cannot take is the reason, not the GPU count
+        raise
     plan, launch = _as_run(framework, emit, plan, model, cluster)
     est = estimate(model, cluster, plan, memory_headroom=memory_headroom, tokens=tokens,
                    checkpoint_interval_h=checkpoint_interval_h)

@@ -4,6 +4,8 @@
   way: values that break a rule are dropped, the request refused only when none is left (space.given_degrees);
 - ``plan-calibrate -o`` into a missing directory creates it, as plan-sweep and plan-search --plot do
   (models.output.check_output / atomic_output, the one writer of every output);
+- an error about ``etp`` names ``etp`` (plan.expert_grid_problem, Plan.check_against), and plan-estimate
+  names the model's rule a degree breaks (``--ep 7`` on 8 experts) before the GPU-grid arithmetic;
 """
 
 from __future__ import annotations
@@ -78,3 +80,31 @@ def test_plan_calibrate_creates_the_output_directory_as_the_other_commands_do(tm
     assert r.exit_code == 0, r.output
     assert yaml.safe_load(out.read_text())["base"] and resolve_cluster(str(out)).efficiency is not None
     assert [p.name for p in out.parent.iterdir()] == ["my-a100.yaml"]  # no temporary file left beside it
+
+
+def test_errors_about_etp_name_etp_and_the_models_rule_comes_first():
+    from plan_search.cli.estimate import main as estimate_main
+
+    def line(*args, model="mixtral-8x7b", gpus="64"):
+        r = CliRunner().invoke(estimate_main, ["--model", model, "--gpu", "h100", "--gpus", gpus, *args])
+        assert r.exit_code == 2, r.output
+        return _one_line(r)
+
+    # etp alone breaks the grid (Mixtral's experts are 14336 = 2^11 x 7 wide: etp 7 divides them)
+    assert line("--etp", "7").startswith("error: etp: etp*ep = 7*1 = 7 does not divide the 64 GPUs")  # was "ep:"
+    assert line("--etp", "7", "--ep", "8").startswith("error: etp: etp*ep = 7*8 = 56")
+    assert line("--ep", "8", "--etp", "16").startswith("error: ep: etp*ep = 16*8 = 128 exceeds")  # the product
+    # a dense model names the knob given
+    assert line("--etp", "2", model="megatron-gpt-1.7b", gpus="8") == \
+        "error: etp: megatron-gpt-1.7b is a dense model (no experts); etp must be 1"
+    assert line("--ep", "2", model="megatron-gpt-1.7b", gpus="8") == \
+        "error: ep: megatron-gpt-1.7b is a dense model (no experts); ep must be 1"
+    # a degree the model cannot take: its rule, not "make the GPUs a multiple of 7"
+    assert line("--ep", "7") == "error: ep: 7 does not divide num_experts 8; use a divisor"
+    assert line("--etp", "3", "--ep", "8") == "error: etp: 3 does not divide expert_ffn_hidden_size 14336; use a divisor"
+    assert line("--tp", "3") == "error: tp: 3 does not divide num_heads 32; use a divisor"
+    # the API says the same of the grid
+    import pytest
+
+    with pytest.raises(ValueError, match=r"Value error, etp: etp\*ep = 7\*1"):
+        plan_search.Plan(num_gpus=64, global_batch=64, seq_len=1024, etp=7)

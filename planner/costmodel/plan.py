@@ -157,7 +157,10 @@ def expert_grid_problem(ep: int, etp: int, gpus: int, where: str, more: str) -> 
     how = "exceeds" if prod > gpus else "does not divide"
     fix = (f"lower ep or etp so that etp*ep divides {gpus}" if prod > gpus else
            f"use ep and etp whose product divides {gpus}")
-    return (f"ep: etp*ep = {etp}*{ep} = {prod} {how} the {gpus} GPUs {where}, which the expert layers "
+    # the field named is the one at fault: etp when it alone breaks the rule (ep 1, or etp not
+    # dividing the GPUs while ep does), else ep
+    field = "etp" if etp > 1 and (ep == 1 or (gpus % etp and not gpus % ep)) else "ep"
+    return (f"{field}: etp*ep = {etp}*{ep} = {prod} {how} the {gpus} GPUs {where}, which the expert layers "
             f"regroup as etp x ep x edp; {fix}, {more}")
 
 
@@ -443,10 +446,12 @@ class Plan(NoBoolNumbers):
                 )
             if (m.expert_ffn_hidden_size or 0) % self.etp:
                 raise InputError(
-                    f"etp: {self.etp} does not divide expert_ffn_hidden_size {m.expert_ffn_hidden_size}"
+                    f"etp: {self.etp} does not divide expert_ffn_hidden_size {m.expert_ffn_hidden_size}; "
+                    "use a divisor"
                 )
         elif self.ep > 1 or self.etp > 1:
-            raise InputError(f"ep: {m.name} is a dense model; ep and etp must be 1")
+            field = "ep" if self.ep > 1 else "etp"
+            raise InputError(f"{field}: {m.name} is a dense model (no experts); {field} must be 1")
         if m.num_heads % self.tp:
             raise InputError(f"tp: {self.tp} does not divide num_heads {m.num_heads}; use a divisor")
         if m.num_kv_heads % self.tp and self.tp % m.num_kv_heads:

@@ -686,10 +686,10 @@ MEMORY_KNOBS: dict[str, dict[str, tuple]] = {
     # te. Master weights fp32, or bf16 remainders under the precision-aware optimizer; never none.
     "megatron": {"cross_entropy": ("megatron", "te"), "adam_moments_dtype": ("fp32", "bf16"),
                  "master_weights": ("fp32", "bf16_remainder"), "act_fp8_input_store": (False,),
-                 "act_clamp_fused": (False,)},
+                 "act_clamp_fused": (False,), "moe_grouped_gemm": ("loop", "fused")},
     "nemo": {"cross_entropy": ("megatron", "te"), "adam_moments_dtype": ("fp32", "bf16"),
              "master_weights": ("fp32", "bf16_remainder"), "act_fp8_input_store": (False, True),
-             "act_clamp_fused": (False,)},
+             "act_clamp_fused": (False,), "moe_grouped_gemm": ("loop",)},
     # the model code's PyTorch loss (fp32 or bf16 logits); fp32 masters and moments (bf16 optimizer states need
     # bf16 master weights, which master_weights cannot state)
     "deepspeed": {"cross_entropy": ("pytorch", "pytorch_bf16"), "adam_moments_dtype": ("fp32",),
@@ -710,7 +710,8 @@ _MEMORY_TEXT = {
                                          "(Megatron-Core's activation_func_fp8_input_store): act_fp8_input_store off",
                                          _MLM_ACT),
                  "act_clamp_fused": ("Megatron-Core clamps a clamped activation (GPT-OSS) in eager PyTorch: "
-                                     "act_clamp_fused off", _MLM_CLAMP)},
+                                     "act_clamp_fused off", _MLM_CLAMP),
+                 "moe_grouped_gemm": ("", _TE_FUSED_MLP)},
     "nemo": {"cross_entropy": ("the loss is Megatron-Core's (model.config.cross_entropy_loss_fusion, "
                                "cross_entropy_fusion_impl native|te): cross_entropy megatron or te",
                                f"{_NM} GPTConfig on {_MC}; {_MLM_CE}"),
@@ -742,7 +743,9 @@ _MEMORY_TEXT = {
                                           "adam_moments_dtype fp32", _TT_LOSS),
                    "master_weights": ("FSDP2/DDP step the fp32 parameters: master_weights fp32", _TT_LOSS),
                    "act_fp8_input_store": ("no FP8 activation store: act_fp8_input_store off", _TT_LOSS),
-                   "act_clamp_fused": ("", _TT_LOSS)},
+                   "act_clamp_fused": ("", _TT_LOSS),
+                   "moe_grouped_gemm": ("torchtitan runs a MoE layer's local experts as one torch._grouped_mm: "
+                                        "moe_grouped_gemm fused", _TT_GROUPED_MM)},
 }
 
 
