@@ -161,6 +161,22 @@ def _column_value(v: Any) -> Any:
     return v
 
 
+def _canonical_param(name: str, value: Any, request: SearchRequest) -> Any:
+    """An axis value as the scenario's column shows it: a choice in its one spelling, the one the
+    request priced (``knobs.moe_dispatcher: [" Flex "]`` is ``flex``: plan.canonical_choices, as
+    Knobs takes it; ``framework: [NeMo]`` is ``nemo``), anything else as given."""
+    from plan_search.planner.costmodel.plan import canonical_choices
+
+    if name.startswith("knobs."):
+        f = name.split(".", 1)[1]
+        value = canonical_choices({f: value}, {"recompute": ("partial",)})[f]
+    elif isinstance(value, str) and name in SearchRequest.model_fields:
+        got = getattr(request, name, None)
+        if isinstance(got, str) and got != value and got.lower() == value.strip().lower():
+            value = got
+    return _column_value(value)
+
+
 def _set_text(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -249,6 +265,8 @@ def build_sweep(doc: dict, where: str = "sweep") -> Sweep:
             req = SearchRequest.model_validate(data)
         except ValidationError as exc:
             raise InputError(validation_message(exc, f"{where}: scenario {i} ({label})")) from None
+        params = {a: _canonical_param(a, v, req) for a, v in zip(axes, combo)}
+        label = ", ".join(f"{k}={v}" for k, v in params.items()) or "base"
         key = scenario_key(req)
         if key in seen:
             raise InputError(f"{where}: scenarios {seen[key]} and {i} ({label}) are the same request; "

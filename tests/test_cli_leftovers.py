@@ -6,6 +6,7 @@
   (models.output.check_output / atomic_output, the one writer of every output);
 - an error about ``etp`` names ``etp`` (plan.expert_grid_problem, Plan.check_against), and plan-estimate
   names the model's rule a degree breaks (``--ep 7`` on 8 experts) before the GPU-grid arithmetic;
+- a sweep's table, scenario list and CSV show a choice axis value in its canonical form (`` Flex `` is flex);
 """
 
 from __future__ import annotations
@@ -108,3 +109,32 @@ def test_errors_about_etp_name_etp_and_the_models_rule_comes_first():
 
     with pytest.raises(ValueError, match=r"Value error, etp: etp\*ep = 7\*1"):
         plan_search.Plan(num_gpus=64, global_batch=64, seq_len=1024, etp=7)
+
+
+def test_sweep_shows_choice_values_in_their_canonical_form(tmp_path):
+    import csv
+
+    import yaml
+
+    from plan_search.cli.sweep import main as sweep_main
+
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({
+        "base": {"model": "mixtral-8x7b", "gpu": "h100", "gpus": [64], "ep": 8, "knobs": {"recompute": ["full"]}},
+        "sweep": {"knobs.moe_dispatcher": [" Flex ", "ALLGATHER"], "framework": [" MegaTron"]}}, sort_keys=False))
+    r = CliRunner().invoke(sweep_main, [str(sweep), "--list"])
+    assert r.exit_code == 0, r.output
+    assert [ln.split(None, 2)[2] for ln in r.stdout.splitlines()] == [
+        "knobs.moe_dispatcher=flex, framework=megatron", "knobs.moe_dispatcher=allgather, framework=megatron"]
+    out = tmp_path / "out.csv"
+    r = CliRunner().invoke(sweep_main, [str(sweep), "-o", str(out), "--workers", "1", "-q", "--summary"])
+    assert r.exit_code == 0, r.output
+    table = [ln.split()[:3] for ln in r.stdout.splitlines()[2:4]]
+    assert table == [["0", "flex", "megatron"], ["1", "allgather", "megatron"]]  # was ' Flex ', ' MegaTron'
+    rows = list(csv.DictReader(out.open()))
+    assert [(r["knobs.moe_dispatcher"], r["framework"]) for r in rows] == [("flex", "megatron"),
+                                                                           ("allgather", "megatron")]
+    # the canonical value is the one priced: the same plan as the API's with it
+    res = plan_search.search(model="mixtral-8x7b", gpu="h100", gpus=[64], ep=8, recompute=["full"],
+                             moe_dispatcher="flex", framework="megatron")
+    assert float(rows[0]["step_time_s"]) == res.recommended.step_time_s

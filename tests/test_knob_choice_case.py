@@ -99,7 +99,7 @@ def test_search_request_and_sweep_take_any_case(tmp_path):
     r = CliRunner().invoke(sweep_main, [str(sweep), "-o", str(out_csv), "--workers", "1", "-q"])
     assert r.exit_code == 0, r.output
     rows = [row for row in csv.DictReader(out_csv.open()) if row["recommended"] == "True"]
-    assert [row["knobs.moe_dispatcher"] for row in rows] == ["FLEX", "AllGather"]
+    assert [row["knobs.moe_dispatcher"] for row in rows] == ["flex", "allgather"]  # the canonical value
     for row in rows:  # each scenario's plan is the API's with the lower-case knob
         want = front(dict(base, moe_dispatcher=row["knobs.moe_dispatcher"].lower(), recompute=["full"]))
         assert float(row["step_time_s"]) in [t for _, t in want]
