@@ -7,6 +7,7 @@
 - an error about ``etp`` names ``etp`` (plan.expert_grid_problem, Plan.check_against), and plan-estimate
   names the model's rule a degree breaks (``--ep 7`` on 8 experts) before the GPU-grid arithmetic;
 - a sweep's table, scenario list and CSV show a choice axis value in its canonical form (`` Flex `` is flex);
+- the CP-SAT path's skyline honours the time limit (front.exhaustive_front with the deadline), and says so;
 """
 
 from __future__ import annotations
@@ -138,3 +139,40 @@ def test_sweep_shows_choice_values_in_their_canonical_form(tmp_path):
     res = plan_search.search(model="mixtral-8x7b", gpu="h100", gpus=[64], ep=8, recompute=["full"],
                              moe_dispatcher="flex", framework="megatron")
     assert float(rows[0]["step_time_s"]) == res.recommended.step_time_s
+
+
+def test_the_cpsat_paths_skyline_stops_at_the_time_limit_and_says_so(monkeypatch):
+    """Deterministic (tests/test_time_limits.py's way): the search's clock jumps past any limit as the
+    skyline of the CP-SAT path starts; wall-clock figures are bench/time_limits.py's."""
+    import math
+    import sys
+    import time
+
+    args = ["--model", "megatron-gpt-1.7b", "--gpu", "a100-80gb", "--gpus", "8,16,32,64", "--global-batch", "512",
+            "--tokens", "1e11", "--format", "json"]
+    full = CliRunner().invoke(search_main, args)
+    assert full.exit_code == 0 and {p["num_gpus"] for p in json.loads(full.stdout)["front"]} == {8, 16, 32, 64}
+    front = sys.modules["plan_search.planner.search.front"]
+    state = {"offset": 0.0}
+
+    class Clock:
+        @staticmethod
+        def perf_counter() -> float:
+            return time.perf_counter() + state["offset"]
+
+    real = front.exhaustive_front
+
+    def expiring(t, deadline=math.inf, cut=None):
+        state["offset"] = 1e9
+        return real(t, deadline, cut)
+
+    monkeypatch.setattr(front, "time", Clock)
+    monkeypatch.setattr(front, "exhaustive_front", expiring)
+    r = CliRunner().invoke(search_main, args)  # --solver cpsat, the default
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    # the skyline compared the first count only (it ran to the end, without the limit, before)
+    assert "front: GPU counts from 16 up not compared (time limit)" in doc["stats"]["cut"]
+    assert {p["num_gpus"] for p in doc["front"]} == {8} and not doc["stats"]["proven_optimal"]
+    assert doc["stats"]["solver"] == "cpsat"
+

@@ -509,15 +509,26 @@ def group_ids(systems: list[System]) -> tuple[list[np.ndarray], int]:
 
 def group_argmin(group: np.ndarray, n_groups: int, keys, mask=None) -> np.ndarray:
     """Per group, the row minimising the lexicographic ``keys`` among ``mask`` (ties: the lowest
-    row index); -1 for a group without rows. O(rows) per key (no sort)."""
+    row index; a NaN ranks last, and a group whose tied rows are all NaN on a key keeps them all
+    tied, as a sort would); -1 for a group without rows. O(rows still tied) per key, no sort;
+    ``keys`` may be a generator (a key is read only while more than one row is left)."""
     n = len(group)
-    cand = np.ones(n, dtype=bool) if mask is None else mask.copy()
+    rows = np.arange(n) if mask is None else np.flatnonzero(mask)
     for k in keys:
-        best = np.full(n_groups, np.inf)
-        np.minimum.at(best, group[cand], k[cand])
-        cand &= k == best[group]
+        if len(rows) <= 1:
+            break
+        col = k[rows]
+        if n_groups == 1:  # one reduction, no scatter (exhaustive_pick's case)
+            b = np.fmin.reduce(col)
+            keep = (col == b) | (b != b)
+        else:
+            g = group[rows]
+            best = np.full(n_groups, np.nan)
+            np.fmin.at(best, g, col)  # NaN only where every row of the group is NaN
+            b = best[g]
+            keep = (col == b) | np.isnan(b)
+        rows = rows[keep]
     first = np.full(n_groups, n, dtype=np.int64)
-    rows = np.nonzero(cand)[0]
     np.minimum.at(first, group[rows], rows)
     return np.where(first < n, first, -1)
 
@@ -780,19 +791,13 @@ def exhaustive_front(t: Table, deadline: float = math.inf, cut: list[str] | None
 
 
 def exhaustive_pick(t: Table, key, mask: np.ndarray | None = None) -> int | None:
-    """The row minimising ``key`` (ties: table order), among ``mask`` if given: the row ranked first
-    by :func:`positions`, found key by key among the rows tied so far, O(rows) per key (no sort: a
-    table of a million candidates took ~60 ms per pick sorted, past the time limit's end)."""
-    if not len(t) or (mask is not None and not mask.any()):
+    """The row minimising ``key`` (ties: table order; NaNs last), among ``mask`` if given: the row
+    ranked first by :func:`positions`; :func:`group_argmin` over one group (no sort: a table of a
+    million candidates took ~60 ms per pick sorted, past the time limit's end)."""
+    if not len(t):
         return None
-    rows = np.arange(len(t)) if mask is None else np.flatnonzero(mask)
-    for k in key:
-        col = t.column(k)[rows]
-        best = col == np.fmin.reduce(col)  # NaNs rank last, as in the sort (all NaN: all tied)
-        rows = rows[best] if best.any() else rows
-        if len(rows) == 1:
-            break
-    return int(rows[0])
+    row = int(group_argmin(np.zeros(len(t), dtype=np.int64), 1, (t.column(k) for k in key), mask)[0])
+    return None if row < 0 else row
 
 
 # ------------------------------------------------------------------ the recommendation
@@ -1509,7 +1514,7 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
         # the walk's model holds the table's non-dominated rows only (the others can never be a step of
         # it: each step is a non-dominated row, see the module docstring); its objective ranks, limits and
         # proof are the same, on ~2/3 of the rows
-        sky = np.asarray(exhaustive_front(table), dtype=np.int64)
+        sky = np.asarray(exhaustive_front(table, hard_deadline, front_cut), dtype=np.int64)  # the limit holds here too
         walk, proven_front, solves = cpsat_front(table.take(sky), req, labels, node_sizes, deadline)
         front_rows = [int(sky[i]) for i in walk]
         if not front_rows and len(table):  # the limit stopped the walk before its first point:
