@@ -869,14 +869,6 @@ def allocate(pool: Pool | dict, jobs: Jobs | dict | list, *, objective: str = "w
 
     from plan_search.models.io import InputError, short_repr, validation_message
 
-    # the searches' and CP-SAT's modules are imported before the clock starts: imports are fixed costs
-    # outside the limit (README, "Time limits"). Inside it they took ~0.2 s (numpy, the cost model) before
-    # the first search, which at --time-limit 0.3 left the searches nothing, and ~0.4 s (cp_model imports
-    # pandas) after the searches' 70 %, past the limit's end
-    from ortools.sat.python import cp_model  # noqa: F401
-    from plan_search.planner.search import front  # noqa: F401
-
-    t0 = time.perf_counter()
     if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float)) \
             or not (math.isfinite(time_limit_s) and 0 < time_limit_s <= 86_400):
         raise InputError(f"time_limit_s: {short_repr(time_limit_s)} must be a number of seconds in (0, 86400]")
@@ -891,6 +883,24 @@ def allocate(pool: Pool | dict, jobs: Jobs | dict | list, *, objective: str = "w
         js = jobs if isinstance(jobs, Jobs) else Jobs.model_validate(jobs)
     except ValidationError as exc:
         raise InputError(validation_message(exc, "allocate")) from None
+    # the pool's systems and the jobs' models are resolved first: a typo is refused at once, in the jobs'
+    # order, without importing CP-SAT (~0.4 s with pandas) nor searching the heavier jobs first
+    from plan_search.models.resolve import resolve_model
+
+    resolve_pool(p)
+    for job in js.jobs:
+        try:
+            resolve_model(job.model)
+        except InputError as exc:
+            raise InputError(f"job {job.name}: {exc}") from None
+    # the searches' and CP-SAT's modules are imported before the clock starts: imports are fixed costs
+    # outside the limit (README, "Time limits"). Inside it they took ~0.2 s (numpy, the cost model) before
+    # the first search, which at --time-limit 0.3 left the searches nothing, and ~0.4 s (cp_model imports
+    # pandas) after the searches' 70 %, past the limit's end
+    from ortools.sat.python import cp_model  # noqa: F401
+    from plan_search.planner.search import front  # noqa: F401
+
+    t0 = time.perf_counter()
     # one time limit for the whole allocation: the searches get SEARCH_SHARE of it, the solve the rest
     problem = build_problem(p, js, until=t0 + SEARCH_SHARE * time_limit_s)
     # the solve ends REPORT_RESERVE_SHARE before the limit: packing and printing the answer take the rest

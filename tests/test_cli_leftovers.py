@@ -8,6 +8,7 @@
   names the model's rule a degree breaks (``--ep 7`` on 8 experts) before the GPU-grid arithmetic;
 - a sweep's table, scenario list and CSV show a choice axis value in its canonical form (`` Flex `` is flex);
 - the CP-SAT path's skyline honours the time limit (front.exhaustive_front with the deadline), and says so;
+- plan-allocate refuses a job's unknown model (naming the job) before importing CP-SAT or searching any job;
 """
 
 from __future__ import annotations
@@ -176,3 +177,24 @@ def test_the_cpsat_paths_skyline_stops_at_the_time_limit_and_says_so(monkeypatch
     assert {p["num_gpus"] for p in doc["front"]} == {8} and not doc["stats"]["proven_optimal"]
     assert doc["stats"]["solver"] == "cpsat"
 
+
+def test_plan_allocate_refuses_a_bad_model_before_importing_cp_sat_or_searching(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    pool = Path(__file__).resolve().parents[1] / "docs" / "examples" / "pool.yaml"
+    jobs = tmp_path / "jobs.yaml"
+    # the heavier job first in the search order; the typo in the lighter one was found only after searching it
+    jobs.write_text(yaml.safe_dump({"jobs": [{"name": "big", "model": "llama3.1-8b", "tokens": "100B", "weight": 5},
+                                             {"name": "typo", "model": "lama3.1-8b", "tokens": "100B"}]}))
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "plan_search.cli.allocate", "--pool", str(pool),
+                        "--jobs", str(jobs)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr[-2000:]
+    errors = [ln for ln in r.stderr.splitlines() if not ln.startswith("import time:")]
+    assert len(errors) == 1 and errors[0].startswith("error: job typo: model: unknown 'lama3.1-8b'; closest: llama3.1-8b")
+    imported = {ln.rsplit("|", 1)[-1].strip() for ln in r.stderr.splitlines() if ln.startswith("import time:")}
+    assert "ortools.sat.python.cp_model" not in imported and "pandas" not in imported
+    assert "plan_search.planner.search.front" not in imported  # nothing was searched
