@@ -26,7 +26,10 @@ the remaining choices, as the dense fidelity benchmark does):
 - precision: the row's recipe (bf16, fp8, mxfp8, nvfp4: the planner's recipes of the same names);
 - routing: force-balanced (``moe_imbalance`` 1.0) where the source says so (the Megatron-Bridge
   page footnote, AutoModel's "fake balanced gate", "force balance" in a row's notes); otherwise
-  the Plan default (real routing);
+  the Plan default (real routing). Megatron's force balancing draws random router scores (uniform
+  spread over the ranks); AutoModel's fake balanced gate is round robin (``moe_routing round_robin``,
+  its recipe entries: token i to experts (i*k + j) mod E, k consecutive experts, so DeepEP sends a
+  token to 1-2 ranks of one node where uniform routing reaches 3-7: dispatch.round_robin_hit);
 - dispatcher: ``flex`` where DeepEP/HybridEP is printed, for Megatron-Bridge rows on Blackwell
   (its perf recipes set ``moe_token_dispatcher_type flex`` with HybridEP/DeepEP) and for the
   DeepSeek-V3 production run (node-limited dispatch); ``alltoall`` otherwise;
@@ -245,7 +248,7 @@ def recipe_for(row: dict) -> dict | None:
 
 #: Plan fields a recipe entry of bench/moe_recipes.yaml may set (memory settings; issue 11).
 RECIPE_PLAN_FIELDS = ("fp32_grads", "adam_moments_dtype", "act_fp8_input_store", "cross_entropy",
-                      "master_weights", "reshard_after_forward", "moe_grouped_gemm")
+                      "master_weights", "reshard_after_forward", "moe_grouped_gemm", "moe_routing")
 
 
 def memory_settings(group: str, model_key: str, rec: dict | None, precision: str = "") -> dict:
@@ -269,11 +272,14 @@ def memory_settings(group: str, model_key: str, rec: dict | None, precision: str
 
     NeMo AutoModel's MoE benchmarks (Automodel@34f73e9) train a bf16 model without master weights:
     the custom MoE models are cast to bf16 (components/models/deepseek_v3/model.py ``self.to(dtype)``,
-    dtype from the HF config, bf16), FSDP2 shards them as they are (FSDP2Manager's MixedPrecisionPolicy
-    param/reduce dtype bf16, components/distributed/fsdp2.py) and ``torch.optim.Adam`` keeps its
+    dtype from the HF config, bf16), FSDP2 shards them as they are and ``torch.optim.Adam`` keeps its
     moments in the parameters' dtype (examples/benchmark/configs/*.yaml ``optimizer``); the loss is
     ``MaskedCrossEntropy(fp32_upcast=False)`` on bf16 logits; ``reshard_after_forward`` is the
-    config's (its recipe entry)."""
+    config's (its recipe entry). Their MoE parallelizer shards with its own MixedPrecisionPolicy, reduce dtype
+    fp32 (components/moe/parallelizer.py ``apply_fsdp``: FSDP2Manager's bf16 policy is not passed), and FSDP2
+    casts the reduced shard back to the bf16 parameters' dtype: fp32 reduce-scatters, bf16 gradients.
+    ``fp32_grads`` (one knob for both) is left off: on, the six rows move by 0.1% at most (their gradient
+    traffic is hidden)."""
     out = {}
     if group == "megatron-bridge":
         out["fp32_grads"] = False

@@ -253,8 +253,9 @@ def moe_tokens(x: PlanArrays):
 
 
 def imbalance(x: PlanArrays):
-    """Load factor of the busiest expert rank (1 without expert parallelism: one rank has all)."""
-    return np.where(x.ep > 1, x.moe_imb, 1.0)
+    """Load factor of the busiest expert rank (1 without expert parallelism: one rank has all, and under
+    round-robin routing, ``Plan.moe_routing``, which gives every expert the same rows)."""
+    return np.where((x.ep > 1) & ~x.moe_rr, x.moe_imb, 1.0)
 
 
 def routed_rows(model: ModelSpec, x: PlanArrays):

@@ -215,6 +215,12 @@ class Plan(NoBoolNumbers):
     moe_imbalance: float = Field(
         default=1.1, ge=1.0, le=100.0, allow_inf_nan=False,
         description="tokens on the busiest expert rank / mean; 1.0 force-balanced, real routing 1.04-1.20")
+    moe_routing: Literal["topk", "round_robin"] = Field(
+        default="topk", description="how tokens pick their experts: topk (the router's top-k of its scores; "
+        "Megatron's force balancing draws random scores, so each token's k experts are spread uniformly) or "
+        "round_robin (token i takes experts (i*k + j) mod E, j < k: k consecutive experts, every expert the same "
+        "rows, moe_imbalance taken as 1.0; NeMo AutoModel's fake_balanced_gate, torchtitan's "
+        "debug.moe_force_load_balance): a token then reaches ~k/(E/ep) expert-parallel ranks and one NVLink domain")
     pp_schedule: Literal["1f1b", "dualpipe"] = Field(
         default="1f1b", description="pipeline schedule: 1f1b (interleaved when vpp > 1) or dualpipe (DeepSeek-V3's "
         "bidirectional schedule, arXiv 2412.19437 Sec. 3.2.1: two stages per GPU (2x weights, pp+1 micro-batches of "

@@ -619,6 +619,8 @@ def torchtitan_sections(plan: Plan, model: ModelSpec, cluster=None) -> dict[str,
     if p.precision == "fp8":
         out["model"] = {"converters": ["quantize.linear.float8"]}
         out["quantize.linear.float8"] = {"recipe_name": "tensorwise"}
+    if model.is_moe and p.moe_routing == "round_robin":  # round-robin routing (rules._TT_ROUTER)
+        out["debug"] = {"moe_force_load_balance": True}
     _unknown("torchtitan", [f"{s}.{k}" for s, kv in out.items() for k in kv])
     return out
 
@@ -731,6 +733,8 @@ def from_torchtitan_toml(text: str, num_layers: int) -> Plan:
     if "expert_parallel_degree" in par:
         moe = dict(ep=int(par.get("expert_parallel_degree", 1)), etp=int(par.get("expert_tensor_parallel_degree", 1)),
                    moe_dispatcher="flex" if par.get("expert_parallel_comm_backend") == "deepep" else "alltoall")
+        if (d.get("debug") or {}).get("moe_force_load_balance"):
+            moe["moe_routing"] = "round_robin"
     converters = (d.get("model") or {}).get("converters") or []
     precision = "fp8" if any("float8" in c for c in converters) else "bf16"
     if tr.get("mixed_precision_param", "bfloat16") != "bfloat16" and precision != "fp8":

@@ -749,6 +749,27 @@ _MEMORY_TEXT = {
 }
 
 
+#: How each framework routes tokens (Plan ``moe_routing``, issue 13): round-robin routing is a benchmark switch of
+#: NeMo AutoModel (``fake_balanced_gate``, not a framework here) and torchtitan; the others route by the gate's scores.
+_MLM_ROUTER = ("NVIDIA/Megatron-LM@d98e8a64 megatron/core/transformer/moe/router.py (moe_router_force_load_balancing: "
+               "apply_random_logits, moe_utils.py, then the top-k of those random scores)")
+_TT_ROUTER = ("pytorch/torchtitan@73a0e697 (v0.2.2) config/job_config.py Debug.moe_force_load_balance and "
+              "models/moe/moe.py _debug_force_load_balance_routing (token i to experts (i*k + j) mod E)")
+_DS_ROUTER = "deepspeedai/DeepSpeed@edaa7221 deepspeed/moe/sharded_moe.py TopKGate (top-k of the gate's logits)"
+_ROUTING = {
+    "megatron": (("topk",), ("Megatron-Core routes each token to the top-k of its router's scores (force balancing "
+                             "draws random scores): moe_routing topk", _MLM_ROUTER)),
+    "nemo": (("topk",), ("Megatron-Core routes each token to the top-k of its router's scores (force balancing "
+                         "draws random scores): moe_routing topk", f"{_NM} on {_MC}; {_MLM_ROUTER}")),
+    "deepspeed": (("topk",), ("DeepSpeed-MoE's gate routes each token to the top-k of its scores: moe_routing topk",
+                              _DS_ROUTER)),
+    "torchtitan": (("topk", "round_robin"), ("", _TT_ROUTER)),
+}
+for _fw, (_values, _text) in _ROUTING.items():
+    MEMORY_KNOBS[_fw]["moe_routing"] = _values
+    _MEMORY_TEXT[_fw]["moe_routing"] = _text
+
+
 def _onoff(v) -> str:
     return ("on" if v else "off") if isinstance(v, bool) else str(v)
 
