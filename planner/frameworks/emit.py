@@ -750,7 +750,7 @@ def from_torchtitan_toml(text: str, num_layers: int) -> Plan:
         sequence_parallel=tp > 1, flash_attention=True, precision=precision, fp32_grads=True,
         overlap_grad_reduce=True, overlap_param_gather=True,
         overlap_tp_comm=bool(par.get("enable_async_tensor_parallel", False)) and tp > 1,
-        first_stage_layers=first, last_stage_layers=last,
+        first_stage_layers=first, last_stage_layers=last, moe_grouped_gemm="fused",  # torch._grouped_mm
     )
 
 
