@@ -10,9 +10,6 @@ is the same in both: ``--tp 8`` / ``--tp 1,2,4,8`` / ``--pp 1..16``; ``--precisi
 
 from __future__ import annotations
 
-import math
-import re
-
 import click
 
 #: Older spellings still accepted (hidden): option -> (boolean knob, False): each is that knob's --no-x.
@@ -20,39 +17,23 @@ ALIASES = {"bf16-grads": ("fp32_grads", False)}
 
 
 def _int(text: str, name: str, minimum: int = 1) -> int:
-    t = text.strip().replace("_", "")
+    from plan_search.models.io import parse_int
+
     try:
-        v = float(t) if re.fullmatch(r"[0-9.]+[eE][+-]?[0-9]+", t) else int(t)
-    except (ValueError, OverflowError):
-        raise click.BadParameter(f"{text!r} is not an integer", param_hint=f"--{name}") from None
-    if not math.isfinite(v) or v != int(v) or v < minimum:
-        raise click.BadParameter(f"{text!r} must be an integer >= {minimum}", param_hint=f"--{name}")
-    return int(v)
+        return parse_int(text, minimum)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=f"--{name}") from None
 
 
 def parse_int_set(text: str, name: str, limit: int = 10_000_000, minimum: int = 1) -> list[int]:
-    """``8``, ``1,2,4``, ``1..16``, ``64..1024:64`` (and combinations) -> sorted unique ints."""
-    out: set[int] = set()
-    for part in str(text).split(","):
-        part = part.strip()
-        if not part:
-            continue
-        m = re.fullmatch(r"(.+?)\.\.(.+?)(?::(.+))?", part)
-        if m:
-            lo, hi = _int(m.group(1), name, minimum), _int(m.group(2), name, minimum)
-            step = _int(m.group(3), name) if m.group(3) else 1
-            if lo > hi:
-                raise click.BadParameter(f"range {part!r} is empty (low above high)", param_hint=f"--{name}")
-            if (hi - lo) // step > 1_000_000:
-                raise click.BadParameter(f"range {part!r} has too many values", param_hint=f"--{name}")
-            out.update(range(lo, hi + 1, step))
-        else:
-            out.add(_int(part, name, minimum))
-    if not out:
-        raise click.BadParameter("empty", param_hint=f"--{name}")
-    if max(out) > limit:
-        raise click.BadParameter(f"{max(out)} is too large (max {limit:,})", param_hint=f"--{name}")
-    return sorted(out)
+    """``8``, ``1,2,4``, ``1..16``, ``64..1024:64`` (and combinations) -> sorted unique ints: the
+    one parser of integer sets (models.io.parse_int_set, which requests and sweeps use too)."""
+    from plan_search.models.io import parse_int_set as parse
+
+    try:
+        return parse(text, limit, minimum)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=f"--{name}") from None
 
 
 def _specs():

@@ -18,7 +18,8 @@ import click
 
 from plan_search import __version__
 
-from plan_search.cli.common import EXIT_INFEASIBLE, guarded, OneLineCommand, short_days, short_money, align_row, rule_row
+from plan_search.cli.common import EXIT_INFEASIBLE, guarded, OneLineCommand, short_days, short_money, align_row, rule_row, \
+    clip_middle
 
 EXIT_INTERRUPTED = 130
 
@@ -209,7 +210,9 @@ def main(sweep_file, output, fmt, executor, workers, ray_address, plot_file, plo
     if c.get("error"):
         df = run.frame
         for _, r in df[df["status"] == "error"].drop_duplicates("scenario").head(5).iterrows():
-            click.echo(f"  scenario {r['scenario']}: error: {short_repr(str(r['message']), 300)}", err=True)
+            # the message whole up to 300 characters (short_repr quoted it and cut it at ~30)
+            click.echo(f"  scenario {r['scenario']}: error: {clip_middle(' '.join(str(r['message']).split()), 300)}",
+                       err=True)
     if run.interrupted:
         if run.kept_previous:
             click.echo(f"interrupted: {short_repr(str(run.output))} is left as it was (the previous table); this "

@@ -92,6 +92,51 @@ def parse_token_count(value: Any, where: str = "tokens") -> float:
     return v
 
 
+def parse_int(text: Any, minimum: int = 1) -> int:
+    """One integer of a knob's text: ``8``, `` 1_024 ``, ``1e3``; ValueError (the message names
+    the value, not the field: the caller adds it) when it is no integer or below ``minimum``."""
+    import math
+    import re
+
+    t = str(text).strip().replace("_", "")
+    try:
+        v = float(t) if re.fullmatch(r"[0-9.]+[eE][+-]?[0-9]+", t) else int(t)
+    except (ValueError, OverflowError):
+        raise ValueError(f"{str(text)!r} is not an integer") from None
+    if not math.isfinite(v) or v != int(v) or v < minimum:
+        raise ValueError(f"{str(text)!r} must be an integer >= {minimum}")
+    return int(v)
+
+
+def parse_int_set(text: Any, limit: int = 10_000_000, minimum: int = 1) -> list[int]:
+    """A set of integers as every interface writes it (plan-search's options, a request's or a
+    sweep's knob given as text): ``8``, ``1,2,4``, ``1..16``, ``64..1024:64`` and combinations ->
+    sorted unique ints. ValueError naming the value (the caller adds the field)."""
+    import re
+
+    out: set[int] = set()
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        m = re.fullmatch(r"(.+?)\.\.(.+?)(?::(.+))?", part)
+        if m:
+            lo, hi = parse_int(m.group(1), minimum), parse_int(m.group(2), minimum)
+            step = parse_int(m.group(3)) if m.group(3) else 1
+            if lo > hi:
+                raise ValueError(f"range {part!r} is empty (low above high)")
+            if (hi - lo) // step > 1_000_000:
+                raise ValueError(f"range {part!r} has too many values")
+            out.update(range(lo, hi + 1, step))
+        else:
+            out.add(parse_int(part, minimum))
+    if not out:
+        raise ValueError("empty")
+    if max(out) > limit:
+        raise ValueError(f"{max(out)} is too large (max {limit:,})")
+    return sorted(out)
+
+
 def closest(key: str, candidates, n: int = 3) -> list[str]:
     """The ``n`` names of ``candidates`` closest to ``key``, best first, for "did you mean"
     hints everywhere (model and system names, spec fields, ``--set`` keys). ``candidates`` is a

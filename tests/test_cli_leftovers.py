@@ -9,6 +9,8 @@
 - a sweep's table, scenario list and CSV show a choice axis value in its canonical form (`` Flex `` is flex);
 - the CP-SAT path's skyline honours the time limit (front.exhaustive_front with the deadline), and says so;
 - plan-allocate refuses a job's unknown model (naming the job) before importing CP-SAT or searching any job;
+- a request's and a sweep's degree knob takes the option's text (``"1..8"``, ``"2,4"``: models.io.parse_int_set,
+  the one parser), and plan-sweep prints an errored scenario's message whole;
 """
 
 from __future__ import annotations
@@ -198,3 +200,40 @@ def test_plan_allocate_refuses_a_bad_model_before_importing_cp_sat_or_searching(
     imported = {ln.rsplit("|", 1)[-1].strip() for ln in r.stderr.splitlines() if ln.startswith("import time:")}
     assert "ortools.sat.python.cp_model" not in imported and "pandas" not in imported
     assert "plan_search.planner.search.front" not in imported  # nothing was searched
+
+
+def test_requests_and_sweeps_take_degree_sets_as_the_options_write_them(tmp_path):
+    import csv
+
+    import yaml
+
+    from plan_search.cli.sweep import main as sweep_main
+
+    listed = _front(MIXTRAL + ["--ep", "1..8", "--tp", "1,2"])
+    req = tmp_path / "req.json"
+    req.write_text(json.dumps({"model": "mixtral-8x7b", "gpu": "h100", "gpus": [64],
+                               "knobs": {"ep": "1..8", "tp": ["1", 2]}}))  # was "ep.0: Input should be a valid integer"
+    r = CliRunner().invoke(search_main, ["--request", str(req), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert [p["plan"] for p in json.loads(r.stdout)["front"]] == listed
+    assert [p.plan.model_dump() for p in plan_search.search(model="mixtral-8x7b", gpu="h100", gpus=[64], ep="1..8",
+                                                            tp="1,2").front] == listed
+    req.write_text(json.dumps({"model": "mixtral-8x7b", "gpu": "h100", "gpus": [64], "ep": "9..1"}))
+    r = CliRunner().invoke(search_main, ["--request", str(req)])
+    assert r.exit_code == 2
+    assert _one_line(r) == 'error: knobs: ep: range \'9..1\' is empty (low above high); e.g. 8, "1,2,4" or "1..16"'
+    # a sweep: the same text; a scenario whose set keeps nothing is an error row, its message printed whole
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({"base": {"model": "mixtral-8x7b", "gpu": "h100", "gpus": [64],
+                                              "knobs": {"tp": "1,2"}},
+                                     "sweep": {"knobs.ep": ["1..8", "3,5..7"]}}, sort_keys=False))
+    out = tmp_path / "out.csv"
+    r = CliRunner().invoke(sweep_main, [str(sweep), "-o", str(out), "--workers", "1", "-q"])
+    assert r.exit_code == 0, r.output
+    rows = list(csv.DictReader(out.open()))
+    assert [(row["knobs.ep"], row["status"]) for row in rows if row["recommended"] == "True" or row["status"] != "ok"] == [
+        ("1..8", "ok"), ("3,5..7", "error")]
+    best = [p for p in listed if p["ep"] == int(rows[0]["ep"]) and p["tp"] == int(rows[0]["tp"])]
+    assert best  # the sweep's scenario searched the same space
+    assert "  scenario 1: error: ep: none of [3, 5, 6, 7] divides num_experts 8 of mixtral-8x7b; use divisors: " \
+           "1, 2, 4, 8" in r.stderr.splitlines()  # was cut to "'ep: none of [3, 5, 6, 7] divid...8'"

@@ -54,6 +54,24 @@ FRONT_COLUMNS = (
 )
 
 
+def _int_set_text(name: str, v):
+    """A degree knob given as text, as plan-search's option takes it (``"8"``, ``"1,2,4"``,
+    ``"1..16"``, ``"64..1024:64"``; in a list too): its integers (models.io.parse_int_set, the one
+    parser); anything else unchanged, for the field to judge."""
+    from plan_search.models.io import parse_int_set
+
+    items = v if isinstance(v, (list, tuple)) else [v]
+    if not any(isinstance(x, str) for x in items):
+        return v
+    out: list = []
+    for x in items:
+        try:
+            out += parse_int_set(x, KNOB_LIMITS[name]) if isinstance(x, str) else [x]
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}; e.g. 8, \"1,2,4\" or \"1..16\"") from None
+    return out
+
+
 def _cell(v):
     if isinstance(v, (list, tuple)):
         return ",".join(str(x).lower() if isinstance(x, bool) else str(x) for x in v)
@@ -140,6 +158,8 @@ class _EnumeratedKnobs(_Strict):
 
         data = from_numpy(data)  # before an array is taken for a scalar: ep=np.array([4, 8]) is [4, 8]
         data = canonical_choices(data, {"recompute": ("partial",)})  # "FLEX" is flex, as for a Plan
+        if isinstance(data, dict) and any(isinstance(data.get(k), (str, list, tuple)) for k in KNOB_LIMITS):
+            data = {k: (_int_set_text(k, v) if k in KNOB_LIMITS else v) for k, v in data.items()}
         if isinstance(data, dict):
             listed = {"allow_cross_node_tp", "max_cp", "max_vpp", "max_micro_batch"}
             data = {k: ([v] if k not in listed and v is not None and not isinstance(v, (list, tuple)) else v)
