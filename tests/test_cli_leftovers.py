@@ -8,6 +8,8 @@
   names the model's rule a degree breaks (``--ep 7`` on 8 experts) before the GPU-grid arithmetic;
 - a sweep's table, scenario list and CSV show a choice axis value in its canonical form (`` Flex `` is flex);
 - the CP-SAT path's skyline honours the time limit (front.exhaustive_front with the deadline), and says so;
+  so does the report of the front's points, and a limit that stops the enumeration of explicit GPU counts
+  before a valid plan is the reason given (not "no valid plan at 8, 16, ... GPUs");
 - plan-allocate refuses a job's unknown model (naming the job) before importing CP-SAT or searching any job;
 - a request's and a sweep's degree knob takes the option's text (``"1..8"``, ``"2,4"``: models.io.parse_int_set,
   the one parser), and plan-sweep prints an errored scenario's message whole;
@@ -237,3 +239,57 @@ def test_requests_and_sweeps_take_degree_sets_as_the_options_write_them(tmp_path
     assert best  # the sweep's scenario searched the same space
     assert "  scenario 1: error: ep: none of [3, 5, 6, 7] divides num_experts 8 of mixtral-8x7b; use divisors: " \
            "1, 2, 4, 8" in r.stderr.splitlines()  # was cut to "'ep: none of [3, 5, 6, 7] divid...8'"
+
+
+def _clock_jumps_at(monkeypatch, name: str, after_calls: int = 0) -> dict:
+    """From the ``after_calls + 1``-th call of ``front.<name>`` on, the search's clock reads 1e9 s later
+    (tests/test_time_limits.py's way: deterministic, whatever this machine's speed)."""
+    import sys
+    import time
+
+    front = sys.modules["plan_search.planner.search.front"]
+    state = {"offset": 0.0, "calls": 0}
+
+    class Clock:
+        @staticmethod
+        def perf_counter() -> float:
+            return time.perf_counter() + state["offset"]
+
+    real = getattr(front, name)
+
+    def jumping(*a, **k):
+        state["calls"] += 1
+        if state["calls"] > after_calls:
+            state["offset"] = 1e9
+        return real(*a, **k)
+
+    monkeypatch.setattr(front, "time", Clock)
+    monkeypatch.setattr(front, name, jumping)
+    return state
+
+
+def test_the_fronts_points_are_reported_until_the_time_limit(monkeypatch):
+    import sys
+
+    args = ["--model", "megatron-gpt-1.7b", "--gpu", "a100-80gb", "--gpus", "8,16,32,64", "--global-batch", "512",
+            "--tokens", "1e11", "--format", "json"]
+    full = json.loads(CliRunner().invoke(search_main, args).stdout)["front"]
+    assert len(full) > 2
+    monkeypatch.setattr(sys.modules["plan_search.planner.search.front"], "POINTS_PER_CLOCK", 1)
+    _clock_jumps_at(monkeypatch, "evaluate")  # the first evaluate() is the front points' figures
+    r = CliRunner().invoke(search_main, args)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert [p["plan"] for p in doc["front"]] == [full[0]["plan"]]  # the smallest count's first point
+    assert f"front: {len(full) - 1:,} points from {full[1]['num_gpus']} GPUs up not reported (time limit)" \
+        in doc["stats"]["cut"] and not doc["stats"]["proven_optimal"]
+
+
+def test_a_limit_that_stops_the_enumeration_before_a_valid_plan_says_so(monkeypatch):
+    # tp 8 x pp 8 needs 64 GPUs: the first piece of counts (8 GPUs) holds no valid plan; the limit passes then
+    args = ["--model", "gpt3", "--gpu", "h100", "--gpus", "8..320:8", "--tp", "8", "--pp", "8"]
+    state = _clock_jumps_at(monkeypatch, "_enumerate")
+    r = CliRunner().invoke(search_main, args)
+    assert state["calls"] == 1 and r.exit_code == 3
+    assert _one_line(r).startswith("infeasible: no feasible plan found within the time limit of 10 s: the GPU "
+                                   "counts enumerated before it passed hold no valid plan")  # was "no valid plan at 8, 16"

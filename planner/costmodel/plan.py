@@ -118,6 +118,13 @@ def _folded(text: str) -> str:
     return text.strip().lower().replace("-", "_")
 
 
+@lru_cache(maxsize=None)
+def _spellings(name: str, extra: tuple[str, ...] = ()) -> dict[str, str]:
+    """Folded spelling -> the one spelling, of choice knob ``name`` (and ``extra`` values): built once
+    (every Plan the search rebuilds asks for each of its choice knobs)."""
+    return {_folded(c): c for c in choice_fields()[name] + tuple(extra)}
+
+
 def canonical_choices(data, extra: dict[str, tuple[str, ...]] | None = None):
     """``data`` (a mapping of plan knobs to a value or a list of values) with the text of each choice
     knob in its one spelling: stripped and matched without regard to case or to ``-`` against ``_``
@@ -133,7 +140,7 @@ def canonical_choices(data, extra: dict[str, tuple[str, ...]] | None = None):
     for k, v in data.items():
         if k not in fields:
             continue
-        spelled = {_folded(c): c for c in fields[k] + (extra or {}).get(k, ())}
+        spelled = _spellings(k, (extra or {}).get(k, ()))
 
         def one(x):
             return spelled.get(_folded(x), x) if isinstance(x, str) else x
