@@ -44,6 +44,10 @@ CASES = {
     "plan-search deepseek-v3 --solver exhaustive": _search("deepseek-v3", "--solver", "exhaustive"),
     "plan-search deepseek-v3 --framework megatron": _search("deepseek-v3", "--framework", "megatron"),
     "plan-search gpt3 --framework torchtitan": _search("gpt3", "--framework", "torchtitan"),
+    # a big front: 32,768 explicit GPU counts, ~1,000 front points (the skyline and the points' report)
+    "plan-search gpt3 --gpus 8..262144:8 (1k-point front)": _search(
+        "gpt3", "--gpus", "8..262144:8", "--global-batch", "65536~20%", "--tp", "8", "--pp", "8", "--zero", "1",
+        "--recompute", "selective", "--micro-batch", "1"),
     "plan-allocate docs/examples pool+jobs": _allocate,
 }
 
