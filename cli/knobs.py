@@ -36,6 +36,26 @@ def parse_int_set(text: str, name: str, limit: int = 10_000_000, minimum: int = 
         raise click.BadParameter(str(exc), param_hint=f"--{name}") from None
 
 
+def _check_number(name: str, value) -> None:
+    """A number knob's value against its Plan field (range, finite): ValueError with the field's
+    message, so both commands say "Invalid value for --moe-imbalance: Input should be greater than
+    or equal to 1 (got 0.5)" (plan-search said "moe_imbalance.0: ..." of its one-value list)."""
+    from typing import Annotated
+
+    from pydantic import TypeAdapter, ValidationError
+
+    from plan_search.models.io import validation_message
+    from plan_search.planner.costmodel.plan import Plan
+
+    if value is None:
+        return
+    field = Plan.model_fields[name]
+    try:
+        TypeAdapter(Annotated[field.annotation, field]).validate_python(value)
+    except ValidationError as exc:
+        raise ValueError(validation_message(exc)) from None
+
+
 def _specs():
     from plan_search.planner.costmodel.knobs import knob_specs
 
@@ -149,6 +169,9 @@ def collect(kwargs: dict, multi: bool) -> dict:
             # the search's recompute set also takes "partial" (full on k layers per stage)
             vals = [p.strip().lower() if (multi and name == "recompute" and p.strip().lower() == "partial")
                     else parse_value(spec, p) for p in parts]
+            if spec.kind not in ("bool", "choice"):  # a number: the Plan field's range, named by the option
+                for v in vals:
+                    _check_number(name, v)
         except ValueError as exc:
             raise click.BadParameter(str(exc).split(": ", 1)[-1], param_hint=hint) from None
         out[name] = vals if multi else vals[0]

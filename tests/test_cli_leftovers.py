@@ -10,6 +10,8 @@
 - the CP-SAT path's skyline honours the time limit (front.exhaustive_front with the deadline), and says so;
   so does the report of the front's points, and a limit that stops the enumeration of explicit GPU counts
   before a valid plan is the reason given (not "no valid plan at 8, 16, ... GPUs");
+- a number knob out of its Plan range is the option's error in both commands (plan-search said
+  "moe_imbalance.0: ..." of its one-value list);
 - plan-allocate refuses a job's unknown model (naming the job) before importing CP-SAT or searching any job;
 - a request's and a sweep's degree knob takes the option's text (``"1..8"``, ``"2,4"``: models.io.parse_int_set,
   the one parser), and plan-sweep prints an errored scenario's message whole;
@@ -293,3 +295,17 @@ def test_a_limit_that_stops_the_enumeration_before_a_valid_plan_says_so(monkeypa
     assert state["calls"] == 1 and r.exit_code == 3
     assert _one_line(r).startswith("infeasible: no feasible plan found within the time limit of 10 s: the GPU "
                                    "counts enumerated before it passed hold no valid plan")  # was "no valid plan at 8, 16"
+
+
+def test_a_number_knob_out_of_range_names_the_option_in_both_commands():
+    from plan_search.cli.estimate import main as estimate_main
+
+    for cmd in (search_main, estimate_main):
+        for value, says in (("0.5", "Input should be greater than or equal to 1 (got 0.5)"),
+                            ("nan", "Input should be a finite number (got nan)"),
+                            ("1.05,200", "Input should be less than or equal to 100 (got 200.0)")):
+            if cmd is estimate_main and "," in value:
+                continue
+            r = CliRunner().invoke(cmd, MIXTRAL + ["--ep", "8", "--moe-imbalance", value])
+            assert r.exit_code == 2, r.output
+            assert _one_line(r) == f"error: Invalid value for --moe-imbalance: {says}"
