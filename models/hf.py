@@ -27,6 +27,7 @@ norm                rms_norm_eps / rms_norm_epsilon -> rmsnorm; layer_norm_eps /
                     layer_norm_epsilon / layernorm_epsilon / norm_eps -> layernorm; else by family
 position            alibi (bloom, ``alibi: true``) / rotary (rope_theta, rotary_pct,
                     rotary_emb_base, position_embedding_type rotary|rope, or family) / learned
+rope_scaling        yarn when rope_scaling (rope_parameters) rope_type / type is yarn, else None
 bias, qkv_bias      attention_bias, mlp_bias, bias, use_bias, enable_bias, add_bias_linear,
                     qkv_bias; qwen2 / qwen2_moe have Q/K/V biases only
 dropout             any positive attention_dropout, hidden_dropout, resid_pdrop, embd_pdrop,
@@ -654,6 +655,9 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
         "seq_len": seq_len,
         "activation": _activation(cfg, family, where),
         "position": position,
+        # YaRN: rope_scaling.rope_type (transformers >= 4.45; "type" before it) "yarn"
+        "rope_scaling": "yarn" if position == "rotary" and (
+            rope_scaling.get("rope_type") or rope_scaling.get("type")) == "yarn" else None,
         "tied_embeddings": tied,
         "norm": norm,
         "bias": bias,

@@ -76,6 +76,10 @@ class ModelSpec(NoBoolNumbers):
     )
     activation: Literal["gelu", "relu2", "swiglu", "geglu"] = "gelu"
     position: Literal["learned", "rotary", "alibi"] = "learned"
+    rope_scaling: Literal["yarn"] | None = Field(
+        default=None, description="rotary positions scaled by YaRN (HF rope_scaling rope_type 'yarn': GPT-OSS, "
+        "DeepSeek-V2/V3, Kimi-K2); other scalings (llama3, linear) only change the frequencies: None",
+    )
     tied_embeddings: bool = False
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     bias: bool = Field(default=True, description="linear layers carry biases")
@@ -255,6 +259,8 @@ class ModelSpec(NoBoolNumbers):
                     f"num_kv_heads: {self.num_kv_heads}; multi-head latent attention decompresses one key/value "
                     f"per query head, so num_kv_heads must equal num_heads {self.num_heads}"
                 )
+        if self.rope_scaling is not None and self.position != "rotary":
+            raise ValueError(f"rope_scaling: set only with rotary positions, not {self.position}")
         if self.activation_clamp is not None and self.activation not in GATED_ACTIVATIONS:
             raise ValueError(
                 f"activation_clamp: set only with a gated activation ({', '.join(GATED_ACTIVATIONS)}), "

@@ -72,6 +72,7 @@ class PlanArrays:
     moment_bytes: np.ndarray  # float: bytes of each Adam moment (Plan.adam_moments_dtype: fp32 4, bf16 2)
     act_fp8: np.ndarray  # bool: Plan.act_fp8_input_store
     clamp_fused: np.ndarray  # bool: Plan.act_clamp_fused
+    yarn_fused: np.ndarray  # bool: Plan.yarn_rope_fused
     gemm_fused: np.ndarray  # bool: Plan.moe_grouped_gemm == "fused" (one kernel for the local experts)
     ce: np.ndarray  # Plan.cross_entropy coded as plan.CROSS_ENTROPY_CODES
     master_bytes: np.ndarray  # float: master-weight bytes per parameter (Plan.master_weights: 4, 2 or 0)
@@ -123,7 +124,7 @@ class PlanArrays:
                 bf16_frac=bf16_layers_of(p.precision, p.bf16_layers, num_layers) / max(num_layers, 1),
                 lowp_params=p.lowp_params, pp_sched=PP_SCHEDULE_CODES[p.pp_schedule],
                 moment_bytes=MOMENT_BYTES[p.adam_moments_dtype], act_fp8=p.act_fp8_input_store,
-                clamp_fused=p.act_clamp_fused, gemm_fused=p.moe_grouped_gemm == "fused",
+                clamp_fused=p.act_clamp_fused, yarn_fused=p.yarn_rope_fused, gemm_fused=p.moe_grouped_gemm == "fused",
                 ce=CROSS_ENTROPY_CODES[p.cross_entropy], master_bytes=MASTER_WEIGHT_BYTES[p.master_weights],
             )
             for k, v in vals.items():
@@ -132,7 +133,7 @@ class PlanArrays:
         for k, v in cols.items():
             dtype = bool if k in ("sp", "fa", "fp32_grads", "ovl_grad", "ovl_param", "ovl_tp", "moe_ovl", "reshard",
                                   "grad_bf16", "opt_offload", "act_offload", "lowp_params", "act_fp8",
-                                  "clamp_fused", "gemm_fused") else np.int64
+                                  "clamp_fused", "yarn_fused", "gemm_fused") else np.int64
             dtype = float if k in ("moe_imb", "bf16_frac", "moment_bytes", "master_bytes") else dtype
             out[k] = np.asarray(v, dtype=dtype)
         out["reshard"] = out["reshard"].astype(bool)

@@ -239,6 +239,44 @@ def unfused_membound_fwd_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanAr
     return norms + rope + copies + act
 
 
+#: Bytes per query/key element that Megatron-Core's unfused rotary embedding moves beyond the fused
+#: kernel's (read + write, 4 B forward, 8 B backward: :func:`layer_membound_fwd_bytes`' ``rotary`` and the
+#: 2x backward rule), bf16 (2 B). Megatron-LM and Megatron-Bridge run RoPE fused only for
+#: ``position_embedding_type`` rope: a YaRN model (GPT-OSS, ``yarn``) runs it unfused
+#: (NVIDIA/Megatron-LM@core_v0.15.3 and @core_v0.18.0 megatron/training/arguments.py: ``if
+#: args.position_embedding_type != 'rope': args.apply_rope_fusion = False``; NVIDIA-NeMo/Megatron-Bridge
+#: src/megatron/bridge/utils/fusions.py ``validate_rope_fusion_compatibility``, called by
+#: ``GPTModelProvider.provide``, at 0465189 (r0.2.0, NeMo 25.11), 8301abf (r0.3.0), 3743c70 (r0.4.0) and
+#: f83545d (r0.5.0, NeMo 26.06), overriding the perf scripts' ``apply_rope_fusion = True``; the gpt_oss
+#: provider/bridge sets ``position_embedding_type = "yarn"`` at each). The unfused path,
+#: ``_apply_rotary_pos_emb_bshd`` + ``_rotate_half`` (megatron/core/models/common/embeddings/rope_utils.py,
+#: identical at core_v0.15.3, core_v0.16.0, core_v0.17.0, core_v0.18.0), on each of q and k: ``t * cos_``
+#: (read 2, write 2), ``-x2`` on half the elements (1 + 1), ``torch.cat((-x2, x1))`` (2 + 2), ``* sin_``
+#: (2 + 2), the sum (4 + 2), ``torch.cat((t, t_pass))`` with an empty ``t_pass`` (2 + 2): 24 B, 20 more than
+#: the fused 4. Autograd's backward: ``grad * sin_`` (4), the negation's (2), ``chunk``'s backward
+#: concatenating the halves (4), ``grad * cos_`` (4), the two gradients of ``t`` summed (6): 20 B, 12 more
+#: than the 8 priced (the ``cos``/``sin`` tables are per position, not per head: left out; so is the
+#: zero-filled gradient of the empty ``t_pass`` slice, which autograd may also materialise). MLA
+#: (DeepSeek-V3, Kimi-K2) rotates its own rope heads in its own path (YaRN fused there:
+#: transformer_config.py ``MLATransformerConfig``), so this applies outside MLA only.
+UNFUSED_ROPE_FWD_BYTES = 20.0
+UNFUSED_ROPE_BWD_BYTES = 12.0
+
+
+def yarn_rope_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> tuple:
+    """(forward, backward) bytes Megatron-Core's unfused YaRN rotary embedding adds to one layer, one
+    micro-batch, one GPU (:data:`UNFUSED_ROPE_FWD_BYTES`, :data:`UNFUSED_ROPE_BWD_BYTES` per query and key
+    element): zero without ``rope_scaling`` yarn, for MLA, where the plan fuses it (``Plan.yarn_rope_fused``),
+    and outside Transformer Engine's fused kernels (``kernel_fusion`` compiled fuses it; eager already
+    prices an eager RoPE in :func:`unfused_membound_fwd_bytes`)."""
+    if (model.rope_scaling != "yarn" or getattr(model, "kv_lora_rank", None) is not None
+            or cluster.efficiency.kernel_fusion != "fused"):
+        return 0.0, 0.0
+    heads = (model.num_heads + model.num_kv_heads) / x.tp
+    elems = np.where(x.yarn_fused, 0.0, 1.0) * heads * model.head_dim * tokens_per_gpu(x)
+    return UNFUSED_ROPE_FWD_BYTES * elems, UNFUSED_ROPE_BWD_BYTES * elems
+
+
 def lowp_cast_bytes(model: ModelSpec, x: PlanArrays):
     """Low-precision recipes quantize every GEMM operand: forward, the inputs of QKV, projection,
     up and down projections; backward, the output gradients (``cast_fwd`` / ``cast_bwd`` bytes per
@@ -312,13 +350,14 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
     and what recomputation adds (per recomputed layer)."""
     gemm_f = layer_gemm_fwd_s(model, cluster, x)
     attn_f = attention_fwd_s(model, cluster, x)
+    rope_f, rope_b = yarn_rope_bytes(model, cluster, x)
     mem_f = hbm_s(layer_membound_fwd_bytes(model, x) + unfused_membound_fwd_bytes(model, cluster, x), cluster)
     attn_b = attn_f * np.where(x.fa, FA_BACKWARD_RATIO, 2.0)
     return {
         "compute_fwd_s": gemm_f + attn_f,
         "compute_bwd_s": 2.0 * gemm_f + attn_b,
-        "membound_fwd_s": mem_f,
-        "membound_bwd_s": 2.0 * mem_f,
+        "membound_fwd_s": mem_f + hbm_s(rope_f, cluster),
+        "membound_bwd_s": 2.0 * mem_f + hbm_s(rope_b, cluster),
         "attn_fwd_s": attn_f,
         # selective recomputation redoes the attention core (and its softmax without FA)
         "selective_extra_s": attn_f + np.where(x.fa, 0.0, mem_f * 0.5),

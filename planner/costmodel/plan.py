@@ -275,6 +275,11 @@ class Plan(NoBoolNumbers):
         "the fused activation kernel (NeMo AutoModel's torch.compile'd quick_geglu_deepep) instead of eager "
         "chunk/clamp/cat passes before it (Megatron-Core weighted_bias_quick_geglu_impl: +16 B forward, "
         "+20 B backward per routed row and expert-FFN column); no effect without activation_clamp")
+    yarn_rope_fused: bool = Field(
+        default=False, description="a YaRN rotary embedding (model rope_scaling yarn, outside MLA: GPT-OSS) runs "
+        "in Transformer Engine's fused RoPE kernel (NeMo AutoModel's rope_fusion) instead of Megatron-Core's "
+        "unfused PyTorch ops (Megatron-LM and Megatron-Bridge turn rope fusion off for yarn positions: +20 B "
+        "forward, +12 B backward per query/key element); no effect without rope_scaling yarn")
     cross_entropy: Literal["pytorch", "pytorch_bf16", "megatron", "te"] = Field(
         default="pytorch", description="loss implementation, bytes per logit at the loss: pytorch (unfused "
         "cross_entropy on fp32 logits, torchtitan's: 4 stored + 8 at its backward), pytorch_bf16 (the same on "

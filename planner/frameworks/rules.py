@@ -664,6 +664,9 @@ _MLM_CLAMP = ("NVIDIA/Megatron-LM@core_r0.15.0 (to core_r0.18.0) megatron/core/f
               "weighted_bias_quick_geglu_impl: the clamp (activation_func_clamp_value) runs in eager PyTorch before the "
               "fused kernel, no flag fuses it; NVIDIA-NeMo/Automodel@34f73e9 clamps inside a torch.compile'd function "
               "(planner/costmodel/experts.py clamp_bytes)")
+_MLM_YARN = ("NVIDIA/Megatron-LM@core_v0.15.3 (to core_v0.18.0) megatron/training/arguments.py (position_embedding_type "
+             "!= 'rope': apply_rope_fusion = False), rope_utils.py _apply_rotary_pos_emb_bshd "
+             "(planner/costmodel/compute.py yarn_rope_bytes)")
 _TT_LOSS = ("pytorch/torchtitan@73a0e697 (v0.2.2) torchtitan/components/loss.py cross_entropy_loss "
             "(torch.nn.functional.cross_entropy on pred.float()); config/job_config.py Optimizer (name, lr, betas, "
             "eps, weight_decay, implementation: no state dtype) and Training.mixed_precision_param (FSDP2 keeps the "
@@ -686,7 +689,7 @@ MEMORY_KNOBS: dict[str, dict[str, tuple]] = {
     # te. Master weights fp32, or bf16 remainders under the precision-aware optimizer; never none.
     "megatron": {"cross_entropy": ("megatron", "te"), "adam_moments_dtype": ("fp32", "bf16"),
                  "master_weights": ("fp32", "bf16_remainder"), "act_fp8_input_store": (False,),
-                 "act_clamp_fused": (False,), "moe_grouped_gemm": ("loop", "fused")},
+                 "act_clamp_fused": (False,), "moe_grouped_gemm": ("loop", "fused"), "yarn_rope_fused": (False,)},
     "nemo": {"cross_entropy": ("megatron", "te"), "adam_moments_dtype": ("fp32", "bf16"),
              "master_weights": ("fp32", "bf16_remainder"), "act_fp8_input_store": (False, True),
              "act_clamp_fused": (False,), "moe_grouped_gemm": ("loop",)},
@@ -711,7 +714,9 @@ _MEMORY_TEXT = {
                                          _MLM_ACT),
                  "act_clamp_fused": ("Megatron-Core clamps a clamped activation (GPT-OSS) in eager PyTorch: "
                                      "act_clamp_fused off", _MLM_CLAMP),
-                 "moe_grouped_gemm": ("", _TE_FUSED_MLP)},
+                 "moe_grouped_gemm": ("", _TE_FUSED_MLP),
+                 "yarn_rope_fused": ("Megatron-LM turns rope fusion off for --position-embedding-type yarn "
+                                     "(GPT-OSS): yarn_rope_fused off", _MLM_YARN)},
     "nemo": {"cross_entropy": ("the loss is Megatron-Core's (model.config.cross_entropy_loss_fusion, "
                                "cross_entropy_fusion_impl native|te): cross_entropy megatron or te",
                                f"{_NM} GPTConfig on {_MC}; {_MLM_CE}"),
