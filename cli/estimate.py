@@ -322,19 +322,6 @@ def _as_run(framework: str | None, emit: bool, plan, model, cluster):
     return plan, (emitters.emit(framework, plan, model, cluster) if emit else None)
 
 
-def _degrees_against_model(model, knobs: dict) -> None:
-    """The model's rules (:meth:`Plan.check_against`) on the degrees given (tp, ep, etp), the rest
-    at the Plan's defaults: an InputError naming the degree when the model cannot take it. Called
-    when the plan's own arithmetic refused it, so ``--ep 7`` on 8 experts says "7 does not divide
-    num_experts 8" rather than "make the GPUs a multiple of 7" (which would not help)."""
-    from plan_search.planner.costmodel.plan import Plan
-
-    given = {k: knobs[k] for k in ("tp", "ep", "etp") if isinstance(knobs.get(k), int)}
-    if given:
-        probe = Plan.model_construct(**{**{k: f.default for k, f in Plan.model_fields.items()}, **given})
-        probe.check_against(model)
-
-
 # ------------------------------------------------------------------ command
 
 
@@ -377,8 +364,7 @@ def main(model_ref: str, gpu_ref: str, num_gpus: int, dp: int | None, global_bat
     from plan_search.hardware.resolve import resolve_cluster
     from plan_search.models.io import InputError
     from plan_search.models.resolve import resolve_model
-    from plan_search.planner.costmodel.estimate import estimate
-    from plan_search.planner.costmodel.plan import Plan
+    from plan_search.planner.costmodel.estimate import estimate, plan_for_model
 
     if not (math.isfinite(checkpoint_interval_h) and checkpoint_interval_h > 0):
         raise InputError(f"checkpoint_interval_h: {checkpoint_interval_h} must be a positive number of hours")
@@ -391,15 +377,12 @@ def main(model_ref: str, gpu_ref: str, num_gpus: int, dp: int | None, global_bat
     cluster = apply_overrides(base, sets)
     overrides = describe_overrides(sets, base) if sets else []
     knobs = collect(knob_args, multi=False)
-    try:
-        plan = Plan(
-            num_gpus=num_gpus, dp=dp,
-            global_batch=global_batch if global_batch is not None else model.global_batch,
-            seq_len=seq_len if seq_len is not None else model.seq_len, **knobs,
-        )
-    except ValueError:
-        _degrees_against_model(model, knobs)  # a degree the model cannot take is the reason, not the GPU count
-        raise
+    # a degree the model cannot take is named before the GPU-grid arithmetic, as plan_search.estimate names it
+    plan = plan_for_model(model, dict(
+        num_gpus=num_gpus, dp=dp,
+        global_batch=global_batch if global_batch is not None else model.global_batch,
+        seq_len=seq_len if seq_len is not None else model.seq_len, **knobs,
+    ))
     plan, launch = _as_run(framework, emit, plan, model, cluster)
     est = estimate(model, cluster, plan, memory_headroom=memory_headroom, tokens=tokens,
                    checkpoint_interval_h=checkpoint_interval_h)

@@ -255,7 +255,7 @@ def estimate(
         fields.setdefault("global_batch", m.global_batch)
         fields.setdefault("seq_len", m.seq_len)
         plan = fields
-    p = plan if isinstance(plan, Plan) else _plan_from_fields(plan)
+    p = plan if isinstance(plan, Plan) else _plan_from_fields(m, plan)
     if plan_defaults is not None:
         p = plan_defaults(p, m, c)
     check_plan(m, c, p)
@@ -264,15 +264,40 @@ def estimate(
     return pack(m, c, p, r, 0, tokens)
 
 
-def _plan_from_fields(fields: dict) -> Plan:
+def degrees_against_model(model: ModelSpec, fields: dict) -> None:
+    """The model's rules (:meth:`Plan.check_against`) on the degrees given (tp, ep, etp), the rest
+    at the Plan's defaults: an InputError naming the degree when the model cannot take it. Called
+    when the plan's own arithmetic refused it, so ``ep=7`` on 8 experts says "7 does not divide
+    num_experts 8" rather than "make the GPUs a multiple of 7" (which would not help)."""
+    given = {k: fields[k] for k in ("tp", "ep", "etp")
+             if isinstance(fields.get(k), int) and not isinstance(fields.get(k), bool) and fields[k] > 0}
+    if given:
+        probe = Plan.model_construct(**{**{k: f.default for k, f in Plan.model_fields.items()}, **given})
+        probe.check_against(model)
+
+
+def plan_for_model(model: ModelSpec, fields: dict, *, strict: bool = False) -> Plan:
+    """The :class:`Plan` of ``fields`` for ``model``: when the plan's own arithmetic refuses it, a
+    degree the model cannot take (:func:`degrees_against_model`) is the error given, else the
+    plan's. The one path of plan-estimate and ``plan_search.estimate`` (``strict``: validated as
+    requests are, for caller-given Python values; the CLI's are click-typed already)."""
+    try:
+        return Plan.model_validate(fields, strict=strict)
+    except ValueError:  # pydantic's ValidationError is one
+        degrees_against_model(model, fields)
+        raise
+
+
+def _plan_from_fields(model: ModelSpec, fields: dict) -> Plan:
     """A plan from caller-given fields, validated strictly as requests are (``tp="8"`` is not a
-    count, ``True`` is not a number): one InputError naming the field, never a pydantic dump."""
+    count, ``True`` is not a number): one InputError naming the field, never a pydantic dump;
+    a degree the model cannot take named first, as plan-estimate names it (:func:`plan_for_model`)."""
     from pydantic import ValidationError
 
     from plan_search.models.io import validation_message
 
     try:
-        return Plan.model_validate(fields, strict=True)
+        return plan_for_model(model, fields, strict=True)
     except ValidationError as exc:
         raise InputError(validation_message(exc, "plan")) from None
 

@@ -1,0 +1,37 @@
+"""The session's new plan knobs and MoE degree errors, as a careless user meets them, through the API
+and the CLIs (each case fails on the code before its fix):
+
+- ``plan_search.estimate`` names the model's rule a degree breaks (``ep=7`` on Mixtral's 8 experts)
+  with plan-estimate's words, through the one path both take (costmodel.estimate.plan_for_model);
+"""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+import plan_search
+from plan_search.cli.estimate import main as estimate_main
+from plan_search.models.io import InputError
+
+
+def _one_line(result) -> str:
+    """The one stderr line of a refused command (exit 2, no traceback)."""
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    assert "Traceback" not in result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("knob, value, words", [
+    ("ep", 7, "ep: 7 does not divide num_experts 8; use a divisor"),
+    ("etp", 3, "etp: 3 does not divide expert_ffn_hidden_size 14336; use a divisor"),
+])
+def test_api_names_the_models_rule_as_the_cli(knob, value, words):
+    with pytest.raises(InputError) as exc:
+        plan_search.estimate("mixtral-8x7b", "h100-sxm", num_gpus=8, **{knob: value})
+    assert str(exc.value) == words  # was the GPU-grid arithmetic ('... make tp*cp*dp a multiple of 7')
+    r = CliRunner().invoke(estimate_main, ["--model", "mixtral-8x7b", "--gpu", "h100-sxm", "--num-gpus", "8",
+                                           f"--{knob}", str(value)])
+    assert _one_line(r) == f"error: {words}"
