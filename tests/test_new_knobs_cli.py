@@ -3,6 +3,8 @@ and the CLIs (each case fails on the code before its fix):
 
 - ``plan_search.estimate`` names the model's rule a degree breaks (``ep=7`` on Mixtral's 8 experts)
   with plan-estimate's words, through the one path both take (costmodel.estimate.plan_for_model);
+- plan-search's empty space explained by the forced etp (``--ep 8 --etp 2048`` on DeepSeek-V3: etp*ep =
+  16,384 divides no tp*cp*dp group the space can form with dp dividing the batch), naming etp and what fits;
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from click.testing import CliRunner
 
 import plan_search
 from plan_search.cli.estimate import main as estimate_main
+from plan_search.cli.search import main as search_main
 from plan_search.models.io import InputError
 
 
@@ -35,3 +38,20 @@ def test_api_names_the_models_rule_as_the_cli(knob, value, words):
     r = CliRunner().invoke(estimate_main, ["--model", "mixtral-8x7b", "--gpu", "h100-sxm", "--num-gpus", "8",
                                            f"--{knob}", str(value)])
     assert _one_line(r) == f"error: {words}"
+
+
+def test_search_names_the_forced_etp_that_empties_the_space():
+    r = CliRunner().invoke(search_main, ["--model", "deepseek-v3", "--gpu", "h100", "--ep", "8", "--etp", "2048"])
+    assert r.exit_code == 3 and "Traceback" not in r.output
+    msg = r.stderr.strip()
+    assert len(msg.splitlines()) == 1
+    # was: 'tp x pp x cp x dp must equal the GPU count, ...; or loosen the knob bounds' (no knob named)
+    assert "etp: etp*ep = 2048*8 = 16384 divides no pipeline stage's tp*cp*dp GPUs" in msg
+    assert "dp dividing the global batch 15360" in msg
+    assert "use etp of 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024 (dividing expert_ffn_hidden_size 2048)" in msg
+    # ep is named when it alone cannot fit: 256 experts over at most 8 x 16 GPUs of a batch of 16
+    r = CliRunner().invoke(search_main, ["--model", "deepseek-v3", "--gpu", "h100", "--ep", "256",
+                                         "--global-batch", "16"])
+    assert r.exit_code == 3
+    assert "ep: etp*ep = 1*256 = 256 divides no pipeline stage's" in r.stderr
+    assert "use ep of 1, 2, 4, 8, 16, 32, 64, 128 (dividing num_experts 256)" in r.stderr

@@ -937,7 +937,8 @@ def explain_infeasible(model, systems: list[System], gbs, seq, request, ms: list
         counts = sorted({int(n) for s in systems for n in s.counts})
         shown = ", ".join(map(str, counts[:6])) + (" ..." if len(counts) > 6 else "")
         near = _nearest_working(model, systems, counts, gbs, seq, request, deadline)
-        why = _forced_expert_problem(request.knobs, counts) or (
+        why = _forced_expert_problem(request.knobs, counts) or _expert_group_problem(
+            model, systems, request, counts, gbs, seq) or (
             "tp x pp x cp x dp must equal the GPU count, with tp inside the NVLink domain, pp splitting the "
             "layers and dp x micro-batch dividing the batch")
         return NoFeasiblePlan(
@@ -1008,6 +1009,54 @@ def _forced_expert_problem(knobs: Knobs, counts: list[int]) -> str | None:
              "asked" if len(counts) == 1 else "(the most asked)")
     return expert_grid_problem(e, t, g, where,
                                f"or use a multiple of {e * t * p} GPUs" + (" or a lower pp" if p > 1 else ""))
+
+
+def _expert_group_problem(model, systems: list[System], request, counts: list[int], gbs, seq) -> str | None:
+    """Why the given ``ep``/``etp`` empty the space when some GPU count could hold them
+    (:func:`_forced_expert_problem` passed): ``etp * ep`` must divide a pipeline stage's ``tp*cp*dp``
+    GPUs (parallel folding), and the groups the space can form are bounded by its tp and cp domains
+    and by dp dividing the global batch (DeepSeek-V3's 15360 = 2^10 x 15 with tp <= 8 and cp 1 has no
+    group of 16,384: ``--ep 8 --etp 2048``). One line naming the field at fault and the values that
+    fit; None when some formable group holds a given pair (the space is empty for another reason)
+    or when a batch tolerance frees dp."""
+    from plan_search.planner.search.space import _divisors, cp_domain, pp_domain, tp_domain
+
+    knobs = request.knobs
+    if not model.is_moe or not (knobs.ep or knobs.etp) or not counts or request.global_batch_tolerance > 0:
+        return None
+    try:
+        tps = np.unique(np.concatenate([tp_domain(model, s.cluster, knobs) for s in systems]))
+        cps = cp_domain(seq, knobs)
+        pps = np.unique(pp_domain(model, knobs)[0])
+    except InputError:
+        return None
+    dps = np.unique(np.concatenate([_divisors(int(b)) for b in gbs]))
+    groups = np.unique((tps[:, None, None] * cps[None, :, None] * dps[None, None, :]).ravel())
+    stage = np.isin(groups[:, None] * pps[None, :], np.asarray(counts, dtype=np.int64)).any(axis=1)
+    groups = groups[stage]
+    if not groups.size:
+        return None
+    eps, etps = list(knobs.ep or [1]), list(knobs.etp or [1])
+
+    def fits(e: int, t: int) -> bool:
+        return bool((groups % (e * t) == 0).any())
+
+    if any(fits(e, t) for e in eps for t in etps):
+        return None
+    e, t = min(((e, t) for e in eps for t in etps), key=lambda q: (q[0] * q[1], q))
+    field = "etp" if knobs.etp and t > 1 and any(fits(e2, 1) for e2 in eps) else "ep"
+    if field == "etp":
+        good = [d for d in _divisors(model.expert_ffn_hidden_size or 1).tolist() if any(fits(e2, d) for e2 in eps)]
+        use = f"use etp of {', '.join(map(str, good))} (dividing expert_ffn_hidden_size {model.expert_ffn_hidden_size})"
+    else:
+        good = [d for d in _divisors(model.num_experts).tolist() if any(fits(d, t2) for t2 in etps)]
+        use = (f"use ep of {', '.join(map(str, good))} (dividing num_experts {model.num_experts})" if good else
+               "lower ep or etp")
+    cp_txt = ", ".join(map(str, cps.tolist()))
+    return (f"{field}: etp*ep = {t}*{e} = {t * e} divides no pipeline stage's tp*cp*dp GPUs this space can form "
+            f"(tp {', '.join(map(str, tps.tolist()))}, cp {cp_txt}, dp dividing the global batch "
+            f"{'/'.join(map(str, gbs))}, at the GPU counts asked), which the expert "
+            f"layers regroup as etp x ep x edp; {use}, or a global batch more data-parallel degrees divide")
 
 
 def _nearest_working(model, systems, counts: list[int], gbs, seq, request, deadline: float,
