@@ -108,3 +108,26 @@ def test_megatron_refuses_a_fused_yarn_rope():
     r = CliRunner().invoke(estimate_cli, args, catch_exceptions=False)
     assert r.exit_code == 2 and r.output.startswith("error: megatron: megatron-yarn-rope-fused: "), r.output
     assert r.output.count("\n") == 1
+
+
+def test_window_layers_cost_the_measured_per_row_time(monkeypatch):
+    """GPT-OSS-120B's 18 window-128 layers on 8 B200, 4,096 tokens x 64 heads = 262,144 query rows per
+    layer: cuDNN's measured 0.210 / 0.465 ms per 2 x 128 x 4,096 rows (compute.WINDOW_ROW_FWD_S / _BWD_S)
+    where the window's FLOPs (126 keys per query, 2 x 126 x 64 heads x 128 per token) at the profile's
+    attention rate price about a seventh of it. The compute time grows by the difference, forward and
+    backward, for each local layer; the global layers keep their FLOP price."""
+    m = get_model("gpt-oss-120b")
+    assert m.num_local_attention_layers == 18 and m.attention_window == 128
+    on = _est(m)
+    monkeypatch.setattr(compute, "WINDOW_ROW_FWD_S", 0.0)
+    monkeypatch.setattr(compute, "WINDOW_ROW_BWD_S", 0.0)
+    off = _est(m)
+    c = get_cluster(B200)
+    rows = 4096 * 64
+    span = 128 - 128 * 128 / (2 * 4096)
+    priced = 2 * span * 64 * 128 * 4096 / (c.gpu.peak("bf16") * 1e12 * c.efficiency.attention_eff)
+    fwd = rows * 0.210e-3 / (2 * 128 * 4096) - priced
+    bwd = rows * 0.465e-3 / (2 * 128 * 4096) - 2.5 * priced
+    assert fwd > 5 * priced / 6 and bwd > 0
+    assert on.time.compute_s - off.time.compute_s == pytest.approx(18 * (fwd + bwd), rel=1e-9)
+    assert on.time.memory_bound_s == pytest.approx(off.time.memory_bound_s, rel=1e-12)

@@ -239,6 +239,40 @@ def unfused_membound_fwd_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanAr
     return norms + rope + copies + act
 
 
+#: Time per query row and head of a sliding-window layer's fused attention (cuDNN SDPA, Transformer
+#: Engine's FusedAttention), forward / backward, seconds: NVIDIA's own measurement of GPT-OSS's window
+#: layer (NVIDIA/cudnn-frontend@3929da2 benchmark/sdpa_benchmark_training/results/gpt_oss/gb200/
+#: gpt_oss_20260424_100011.csv, cuDNN 9.22, bf16, top_left causal, window 128, head dim 64, batch 2 x 128
+#: heads x 4,096 tokens, non-deterministic: 0.210 ms forward, 0.465 ms backward; 8,192 tokens 0.414 /
+#: 0.911: linear in the rows). That is 161 / 182 TFLOP/s on the window's FLOPs, against 1,408 / 1,148 for a
+#: full causal layer at head dim 128 (llama3.1/gb200 in the same run): a 128-token window touches two
+#: 128 x 128 key blocks per query block and its time is the blocks' fixed per-tile work, not the FLOPs
+#: the window count prices. The other parts are within 6%: GB300 0.202 / 0.442 ms (gpt_oss/gb300), H200
+#: 0.358 ms forward + backward for 2 x 64 heads (h200_919_only_cudnn/gpt_oss_20260227_034819.csv, cuDNN
+#: 9.19: 6.8e-10 s per row and head against GB200's 6.4e-10). Applied as a floor on a local layer's
+#: attention time: it binds only for short windows (a 1,024-token window's FLOPs already take longer).
+WINDOW_ROW_FWD_S = 0.210e-3 / (2 * 128 * 4096)
+WINDOW_ROW_BWD_S = 0.465e-3 / (2 * 128 * 4096)
+
+
+def window_floor_s(model: ModelSpec, x: PlanArrays, attn_fwd_s) -> tuple:
+    """(forward, backward) seconds the local (sliding-window / chunked) layers' fused attention takes
+    beyond their FLOP price (their share of ``attn_fwd_s``, :func:`attention_fwd_s`'s mean per layer;
+    backward ``FA_BACKWARD_RATIO`` x), per layer (the mean over the model's layers), one micro-batch, one
+    GPU: each local layer at least :data:`WINDOW_ROW_FWD_S` / :data:`WINDOW_ROW_BWD_S` per query row and
+    head. Zero without local layers and without FlashAttention-style fused attention
+    (``Plan.flash_attention`` off computes the whole square)."""
+    n_local = model.num_local_attention_layers
+    if not n_local:
+        return 0.0, 0.0
+    rows = tokens_per_gpu(x) * model.num_heads / x.tp
+    local = n_local * counting.attention_span(model, x.seq, causal=True, local=True)
+    priced = attn_fwd_s * model.num_layers * local / counting.total_attention_span(model, x.seq, causal=True)
+    fa = np.where(x.fa, 1.0 / model.num_layers, 0.0)  # per layer: the mean over the layers
+    return (fa * np.maximum(n_local * rows * WINDOW_ROW_FWD_S - priced, 0.0),
+            fa * np.maximum(n_local * rows * WINDOW_ROW_BWD_S - FA_BACKWARD_RATIO * priced, 0.0))
+
+
 #: Bytes per query/key element that Megatron-Core's unfused rotary embedding moves beyond the fused
 #: kernel's (read + write, 4 B forward, 8 B backward: :func:`layer_membound_fwd_bytes`' ``rotary`` and the
 #: 2x backward rule), bf16 (2 B). Megatron-LM and Megatron-Bridge run RoPE fused only for
@@ -351,8 +385,10 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
     gemm_f = layer_gemm_fwd_s(model, cluster, x)
     attn_f = attention_fwd_s(model, cluster, x)
     rope_f, rope_b = yarn_rope_bytes(model, cluster, x)
+    win_f, win_b = window_floor_s(model, x, attn_f)
+    attn_f = attn_f + win_f
     mem_f = hbm_s(layer_membound_fwd_bytes(model, x) + unfused_membound_fwd_bytes(model, cluster, x), cluster)
-    attn_b = attn_f * np.where(x.fa, FA_BACKWARD_RATIO, 2.0)
+    attn_b = np.where(x.fa, (attn_f - win_f) * FA_BACKWARD_RATIO + win_b, attn_f * 2.0)
     return {
         "compute_fwd_s": gemm_f + attn_f,
         "compute_bwd_s": 2.0 * gemm_f + attn_b,
