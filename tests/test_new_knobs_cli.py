@@ -5,6 +5,11 @@ and the CLIs (each case fails on the code before its fix):
   with plan-estimate's words, through the one path both take (costmodel.estimate.plan_for_model);
 - plan-search's empty space explained by the forced etp (``--ep 8 --etp 2048`` on DeepSeek-V3: etp*ep =
   16,384 divides no tp*cp*dp group the space can form with dp dividing the batch), naming etp and what fits;
+- ``moe_grouped_gemm fused`` under Megatron on a GPU without MXFP8/NVFP4 (H100) is refused for the GPU, with
+  loop as the fix (it said 'use mxfp8 or nvfp4', which H100 has not); without --framework it is priced (torchtitan's
+  torch._grouped_mm runs on H100);
+- a framework refusal names the rule about the knob the user gave first (``--framework torchtitan
+  --moe-grouped-gemm loop`` named the zero left at its default, the knob hidden in '[+3 more]');
 """
 
 from __future__ import annotations
@@ -55,3 +60,36 @@ def test_search_names_the_forced_etp_that_empties_the_space():
     assert r.exit_code == 3
     assert "ep: etp*ep = 1*256 = 256 divides no pipeline stage's" in r.stderr
     assert "use ep of 1, 2, 4, 8, 16, 32, 64, 128 (dividing num_experts 256)" in r.stderr
+
+
+QWEN_H100 = ["--model", "qwen3-30b-a3b", "--gpu", "h100", "--num-gpus", "8", "--ep", "8"]
+
+
+def test_fused_grouped_mlp_on_hopper_names_the_gpu_and_loop():
+    r = CliRunner().invoke(estimate_main, QWEN_H100 + ["--framework", "megatron", "--moe-grouped-gemm", "fused"])
+    line = _one_line(r)
+    assert line.startswith("error: megatron: megatron-moe-fused-grouped-mlp: ")
+    assert line.endswith("(moe_grouped_gemm fused on H100-SXM5-80GB, which has no MXFP8/NVFP4 block scaling "
+                         "(use moe_grouped_gemm loop, or a Blackwell GPU))")
+    with pytest.raises(InputError, match="H100-SXM5-80GB, which has no MXFP8/NVFP4"):
+        plan_search.estimate("qwen3-30b-a3b", "h100", num_gpus=8, ep=8, moe_grouped_gemm="FUSED", framework="megatron")
+    r = CliRunner().invoke(search_main, ["--model", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "64",
+                                         "--framework", "megatron", "--moe-grouped-gemm", "fused"])
+    assert r.exit_code == 3 and "use moe_grouped_gemm loop, or a Blackwell GPU" in r.stderr
+    # no framework: a fused grouped GEMM runs on H100 (torch._grouped_mm), priced with one call per GEMM
+    loop = plan_search.estimate("qwen3-30b-a3b", "h100", num_gpus=64, ep=8)
+    fused = plan_search.estimate("qwen3-30b-a3b", "h100", num_gpus=64, ep=8, moe_grouped_gemm="fused")
+    assert fused.step_time_s < loop.step_time_s
+
+
+@pytest.mark.parametrize("framework, value, rule", [
+    ("torchtitan", "loop", "torchtitan-moe-grouped-gemm"),
+    ("deepspeed", "fused", "deepspeed-moe-grouped-gemm"),
+])
+def test_framework_refusal_names_the_given_knob_first(framework, value, rule):
+    r = CliRunner().invoke(estimate_main, QWEN_H100 + ["--framework", framework, "--moe-grouped-gemm", value])
+    line = _one_line(r)
+    assert line.startswith(f"error: {framework}: {rule}: "), line  # was torchtitan-zero12 / deepspeed-recompute
+    assert f"(moe_grouped_gemm {value}) [+" in line
+    with pytest.raises(InputError, match=f"^{framework}: {rule}: "):
+        plan_search.estimate("qwen3-30b-a3b", "h100", num_gpus=8, ep=8, moe_grouped_gemm=value, framework=framework)

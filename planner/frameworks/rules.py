@@ -488,6 +488,11 @@ _TE_FUSED_MLP = ("NVIDIA/TransformerEngine@v2.17 (91bb9cf) transformer_engine/py
 def _fused_grouped_mlp_mcore(p: Plan, m: ModelSpec, c) -> Optional[str]:
     if not m.is_moe or p.moe_grouped_gemm != "fused":
         return None
+    from plan_search.planner.costmodel.compute import supports_precision
+
+    if c is not None and not any(supports_precision(c, r) for r in ("mxfp8", "nvfp4")):  # not Blackwell
+        return (f"moe_grouped_gemm fused on {c.gpu.name}, which has no MXFP8/NVFP4 block scaling (use "
+                "moe_grouped_gemm loop, or a Blackwell GPU)")
     if p.precision not in ("mxfp8", "nvfp4"):
         return f"moe_grouped_gemm fused with precision {p.precision} (use mxfp8 or nvfp4, or moe_grouped_gemm loop)"
     if p.etp > 1:
@@ -913,11 +918,14 @@ def check(framework: str, plan: Plan, model: ModelSpec, cluster=None) -> list[Vi
     return out
 
 
-def require(framework: str, plan: Plan, model: ModelSpec, cluster=None) -> Plan:
-    """The normalized plan, or :class:`InputError` ``framework: rule-id: text (detail)`` for the first rule."""
+def require(framework: str, plan: Plan, model: ModelSpec, cluster=None, given=()) -> Plan:
+    """The normalized plan, or :class:`InputError` ``framework: rule-id: text (detail)`` for the first rule;
+    a rule about a knob in ``given`` (the fields the caller set) first: ``--framework torchtitan
+    --moe-grouped-gemm loop`` names moe_grouped_gemm, not the zero left at the Plan's default."""
     fw = _known(framework)
     bad = check(fw, plan, model, cluster)
     if bad:
+        bad.sort(key=lambda v: v.detail.split(" ", 1)[0] not in given)  # stable: the rules' order otherwise
         more = f" [+{len(bad) - 1} more]" if len(bad) > 1 else ""
         raise InputError(f"{fw}: {bad[0]}{more}")
     return normalize(fw, plan, model.num_layers)
@@ -1051,8 +1059,9 @@ def as_run(framework: str, plan: Plan, model: ModelSpec, cluster=None) -> Plan:
     defaults (:func:`with_defaults`); :class:`InputError` naming the rule it breaks when the framework
     cannot run it (:func:`require`). What plan-estimate --framework and ``plan_search.estimate(...,
     framework=...)`` price."""
+    given = plan.model_fields_set - {"num_gpus", "global_batch", "seq_len"}
     plan = with_defaults(framework, plan)
-    require(framework, plan, model, cluster)
+    require(framework, plan, model, cluster, given)
     return plan
 
 
