@@ -149,8 +149,23 @@ def axis_kind(name: str) -> str:
             raise InputError(f"sweep.{name}: sweep one knob at a time, e.g. knobs.zero: [1, 3]")
         return "request"
     if name in Knobs.model_fields:  # it would be read as a --set key ("--set ep: no such field")
-        raise InputError(f"sweep.{name}: a plan knob is swept as knobs.{name}, e.g. knobs.{name}: [1, 2]")
+        raise InputError(f"sweep.{name}: a plan knob is swept as knobs.{name}, e.g. knobs.{name}: {_knob_example(name)}")
     return "set"
+
+
+def _knob_example(name: str) -> str:
+    """Two values of knob ``name`` as a sweep axis writes them (its choices, on and off, or numbers):
+    ``knobs.moe_grouped_gemm: [loop, fused]``, not ``[1, 2]``."""
+    from plan_search.planner.costmodel.knobs import knob_specs
+
+    spec = next((k for k in knob_specs() if k.name == name), None)
+    if spec is not None and spec.kind == "choice":
+        return f"[{', '.join(map(str, spec.choices[:2]))}]"
+    if spec is not None and spec.kind == "bool":
+        return "[false, true]"
+    if spec is not None and spec.kind == "float":
+        return f"[{spec.default}, {spec.default * 2 if spec.default else 1.0}]"
+    return "[1, 3]" if name == "zero" else "[1, 2]"
 
 
 def _column_value(v: Any) -> Any:
@@ -199,7 +214,11 @@ def _apply(data: dict, knobs: dict, name: str, value: Any) -> None:
     elif kind == "knob":
         f = name.split(".", 1)[1]
         if f not in Knobs.model_fields:
-            raise InputError(f"sweep.{name}: no such knob; knobs are {', '.join(Knobs.model_fields)}")
+            import difflib
+
+            near = difflib.get_close_matches(f, list(Knobs.model_fields), n=1, cutoff=0.6)
+            hint = f"did you mean knobs.{near[0]}? " if near else ""
+            raise InputError(f"sweep.{name}: no such knob; {hint}knobs are {', '.join(Knobs.model_fields)}")
         if f in KNOB_LIST_FIELDS and not isinstance(value, list):
             value = [value]
         knobs[f] = value

@@ -433,7 +433,7 @@ def test_estimate_refuses_a_field_given_twice():
     "fields, message",
     [
         ({"ep": [3.5]}, "request: ep.0: Input should be a valid integer (got 3.5)"),
-        ({"moe_imbalance": float("nan")}, "request: moe_imbalance.0: Input should be a finite number (got nan)"),
+        ({"moe_imbalance": float("nan")}, "request: moe_imbalance: Input should be a finite number (got nan)"),
         ({"pp": [3], "pp_schedule": "dualpipe"}, "request: knobs: pp_schedule: dualpipe needs an even pp"),
         ({"gpus": ["64"]}, "request: gpus.0: Input should be a valid integer (got '64')"),
     ],

@@ -10,9 +10,15 @@ and the CLIs (each case fails on the code before its fix):
   torch._grouped_mm runs on H100);
 - a framework refusal names the rule about the knob the user gave first (``--framework torchtitan
   --moe-grouped-gemm loop`` named the zero left at its default, the knob hidden in '[+3 more]');
+- a request's (and a sweep's) knob given as one value and refused is named alone (``moe_grouped_gemm: ...``,
+  not ``moe_grouped_gemm.0``); a sweep's misplaced or misspelt knob axis gets an example of its own values
+  and the nearest knob name; a sweep over moe_grouped_gemm loop, fused on B200 MXFP8 prices two step times.
 """
 
 from __future__ import annotations
+
+import csv
+import json
 
 import pytest
 from click.testing import CliRunner
@@ -20,6 +26,7 @@ from click.testing import CliRunner
 import plan_search
 from plan_search.cli.estimate import main as estimate_main
 from plan_search.cli.search import main as search_main
+from plan_search.cli.sweep import main as sweep_main
 from plan_search.models.io import InputError
 
 
@@ -93,3 +100,52 @@ def test_framework_refusal_names_the_given_knob_first(framework, value, rule):
     assert f"(moe_grouped_gemm {value}) [+" in line
     with pytest.raises(InputError, match=f"^{framework}: {rule}: "):
         plan_search.estimate("qwen3-30b-a3b", "h100", num_gpus=8, ep=8, moe_grouped_gemm=value, framework=framework)
+
+
+@pytest.mark.parametrize("doc, words", [
+    ({"moe_grouped_gemm": "fusde"}, "error: moe_grouped_gemm: Input should be 'loop' or 'fused' (got 'fusde')"),
+    ({"knobs": {"moe_routing": "round robin"}},
+     "error: moe_routing: Input should be 'topk' or 'round_robin' (got 'round robin')"),
+    ({"yarn_rope_fused": "yes"}, "error: yarn_rope_fused: Input should be a valid boolean (got 'yes')"),
+    # a list keeps the index of the value refused
+    ({"moe_grouped_gemm": ["fused", "x"]}, "error: moe_grouped_gemm.1: Input should be 'loop' or 'fused' (got 'x')"),
+])
+def test_request_names_a_refused_one_value_knob_alone(tmp_path, doc, words):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"model": "qwen3-30b-a3b", "gpu": "b200", "gpus": [64], **doc}))
+    assert _one_line(CliRunner().invoke(search_main, ["--request", str(path)])) == words
+    with pytest.raises(InputError) as exc:
+        plan_search.search(model="qwen3-30b-a3b", gpu="b200", gpus=[64], **doc)
+    assert str(exc.value) == "request: " + words.removeprefix("error: ")
+
+
+def _sweep(tmp_path, axes: str, *extra):
+    path = tmp_path / "s.yaml"
+    path.write_text("base: {model: qwen3-30b-a3b, gpu: b200, gpus: [64], knobs: {precision: [mxfp8], ep: [8]}}\n"
+                    f"sweep:\n{axes}")
+    return CliRunner().invoke(sweep_main, [str(path), "-o", str(tmp_path / "s.csv"), "-q", "--workers", "1", *extra])
+
+
+@pytest.mark.parametrize("axis, words", [
+    ("moe_grouped_gemm", "a plan knob is swept as knobs.moe_grouped_gemm, e.g. knobs.moe_grouped_gemm: [loop, fused]"),
+    ("yarn_rope_fused", "e.g. knobs.yarn_rope_fused: [false, true]"),  # was '[1, 2]' for every knob
+    ("knobs.moe_grouped_gem", "sweep.knobs.moe_grouped_gem: no such knob; did you mean knobs.moe_grouped_gemm?"),
+])
+def test_sweep_axis_errors_name_the_knob_and_its_values(tmp_path, axis, words):
+    assert words in _one_line(_sweep(tmp_path, f"  {axis}: [loop, fused]\n"))
+
+
+def test_sweep_over_grouped_gemm_prices_fused_faster(tmp_path):
+    r = _sweep(tmp_path, "  knobs.moe_grouped_gemm: [loop, FUSED]\n")
+    assert r.exit_code == 0, r.output
+    rows = [x for x in csv.DictReader(open(tmp_path / "s.csv")) if x["recommended"] == "True"]
+    step = {x["knobs.moe_grouped_gemm"]: float(x["step_time_s"]) for x in rows}
+    assert set(step) == {"loop", "fused"}
+    # Qwen3-30B-A3B at ep 8: 16 local experts, one GEMM call each under loop (grouped_gemm_call_s)
+    assert step["fused"] < 0.95 * step["loop"]
+    assert step["fused"] == pytest.approx(plan_search.estimate(
+        "qwen3-30b-a3b", "b200", **{k: (int(v) if v.isdigit() else v) for k, v in rows[1].items()
+                                    if k in ("num_gpus", "tp", "pp", "dp", "cp", "vpp", "ep", "etp", "micro_batch",
+                                             "zero", "recompute")},
+        global_batch=int(rows[1]["plan_global_batch"]), precision="mxfp8", moe_grouped_gemm="fused",
+        sequence_parallel=rows[1]["sequence_parallel"] == "True").step_time_s, rel=1e-9)

@@ -166,6 +166,34 @@ class _EnumeratedKnobs(_Strict):
                     for k, v in data.items()}
         return data
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _scalar_errors(cls, data, handler):
+        """A knob given as one value and refused is named alone: ``"moe_grouped_gemm": "fusde"`` says
+        "moe_grouped_gemm: Input should be 'loop' or 'fused' (got 'fusde')", not "moe_grouped_gemm.0: ..." of
+        the one-value list it became (as c337a10 made plan-search's options say). Runs before
+        :meth:`_scalars_to_lists` (wrap validators run outside the before validators defined earlier)."""
+        from pydantic import ValidationError
+
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            if not isinstance(data, dict):
+                raise
+
+            def one(e):  # (field, 0, ...) of a field given as one value -> (field, ...)
+                loc = tuple(e.get("loc", ()))
+                if (len(loc) >= 2 and loc[1] == 0 and isinstance(loc[0], str)
+                        and isinstance(data.get(loc[0]), (str, bool, int, float))):
+                    return {**e, "loc": (loc[0],) + loc[2:]}
+                return e
+
+            errors = [one(e) for e in exc.errors()]
+            if all(a is b for a, b in zip(errors, exc.errors())):
+                raise
+            raise ValidationError.from_exception_data(exc.title, [
+                {k: e[k] for k in ("type", "loc", "input", "ctx") if k in e} for e in errors]) from None
+
     tp: list[int] | None = None
     pp: list[int] | None = None
     ep: list[int] | None = None
