@@ -28,6 +28,10 @@ The fits (:func:`fit_all`, one recipe for the built-in values and for every leav
 4. ``deepspeed`` (A100 ZeRO-3 rows): ``gemm_eff_max`` and ``zero3_bw_eff`` with flat per-module
    ZeRO-3 collectives (``zero3_flat``), the rest from the ``a100-80gb`` megatron fit.
 
+The rows state how their sources ran (``planner.calibration.SOURCE_CONVENTIONS``); the Megatron-Bridge
+rows, for one, Transformer Engine's attention at cuDNN 9.19 (``Plan.cudnn_sdpa``: a measured release
+ratio on the profile's rate, nothing fitted; ``bench/bridge_diagnosis.py``).
+
 A profile with no rows left (its rows held out) is its prior: the held-out rows are predicted by
 what the other sources carry over. Floors (issue 12): overall median <= 5%, p90 <= 12%, every
 source's median <= 8%; every held-out unit's median <= 10%.

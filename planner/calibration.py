@@ -68,7 +68,13 @@ SOURCE_CONVENTIONS: dict[str, dict] = {
     "megatron-core-2024": _MEGATRON_CORE,
     "nemo-24.07": _NEMO_FP8,
     "nemo-long-seq": _NEMO_FP8,
-    "megatron-bridge": _NEMO_FP8,
+    # Megatron-Bridge r0.1.0-r0.5.0 (containers 25.09-26.06) run Transformer Engine 2.6+ (NVIDIA-NeMo/
+    # Megatron-Bridge pyproject.toml: transformer-engine >=2.6.0a0 at v0.1.0rc4, >=2.9.0a0 at v0.2.0, whose
+    # docker/Dockerfile.ci builds FROM nvcr.io/nvidia/pytorch:25.09-py3): cuDNN 9.1x releases of 2025-26
+    # (which one each container ships was not re-read), priced at cuDNN 9.19's measured attention rate
+    # (compute.CUDNN_SDPA_SPEEDUP; an assumption for the earlier 9.1x releases). The 2024 sources (NeMo
+    # 24.03/24.07: TE 1.x, 1.8 in 24.07 per the NeMo Framework software-component table) keep 9.1.
+    "megatron-bridge": dict(_NEMO_FP8, cudnn_sdpa="9.19"),
     # torchtitan's 2024-12 H100 benchmark: FSDP2 (fully sharded: zero 3), torch.compile, Float8
     # (torchao), SDPA flash attention, sequence parallelism with TP; FSDP2's default
     # MixedPrecisionPolicy in torchtitan: bf16 params, fp32 reduce (mixed_precision_reduce).

@@ -12,7 +12,10 @@ and the CLIs (each case fails on the code before its fix):
   --moe-grouped-gemm loop`` named the zero left at its default, the knob hidden in '[+3 more]');
 - a request's (and a sweep's) knob given as one value and refused is named alone (``moe_grouped_gemm: ...``,
   not ``moe_grouped_gemm.0``); a sweep's misplaced or misspelt knob axis gets an example of its own values
-  and the nearest knob name; a sweep over moe_grouped_gemm loop, fused on B200 MXFP8 prices two step times.
+  and the nearest knob name; a sweep over moe_grouped_gemm loop, fused on B200 MXFP8 prices two step times;
+- a fused plan's Megatron launch flags carry the op fuser and the GLU interleave, and the notes say the env
+  variable and that those flags need Megatron-LM core_v0.18.0 (the header names Megatron-Core 0.16.1);
+  torchtitan's search front carries moe_grouped_gemm fused.
 """
 
 from __future__ import annotations
@@ -149,3 +152,26 @@ def test_sweep_over_grouped_gemm_prices_fused_faster(tmp_path):
                                              "zero", "recompute")},
         global_batch=int(rows[1]["plan_global_batch"]), precision="mxfp8", moe_grouped_gemm="fused",
         sequence_parallel=rows[1]["sequence_parallel"] == "True").step_time_s, rel=1e-9)
+
+
+def test_fused_megatron_launch_names_what_it_needs():
+    r = CliRunner().invoke(estimate_main, ["--model", "qwen3-30b-a3b", "--gpu", "b200", "--num-gpus", "64", "--ep", "8",
+                                           "--precision", "mxfp8", "--moe-grouped-gemm", "fused",
+                                           "--framework", "megatron", "--emit", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    launch = json.loads(r.stdout)["launch"]
+    argv = launch["config"]
+    assert "--use-transformer-engine-op-fuser" in argv and "--moe-grouped-gemm" in argv
+    assert argv[argv.index("--moe-mlp-glu-interleave-size") + 1] == "32"
+    notes = " | ".join(launch["notes"])
+    assert "export NVTE_CUTEDSL_FUSED_GROUPED_MLP=1" in notes
+    assert "need Megatron-LM core_v0.18.0 or newer" in notes  # the header says Megatron-Core 0.16.1
+
+
+def test_torchtitan_front_runs_fused_grouped_gemm():
+    r = CliRunner().invoke(search_main, ["--model", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "64",
+                                         "--framework", "torchtitan", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["front"] and {p["plan"]["moe_grouped_gemm"] for p in doc["front"]} == {"fused"}
+    assert "--moe-grouped-gemm fused" in doc["recommended_command"]

@@ -17,6 +17,7 @@ from plan_search.planner.costmodel.plan import bf16_layers_of
 from plan_search.planner.costmodel.plan import DISPATCHER_CODES, PRECISION_CODES, RECOMPUTE_CODES, Plan
 from plan_search.planner.costmodel.plan import CROSS_ENTROPY_CODES, MASTER_WEIGHT_BYTES, MOMENT_BYTES
 from plan_search.planner.costmodel.plan import PP_SCHEDULE_CODES
+from plan_search.planner.costmodel.plan import CUDNN_SDPA_CODES
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class PlanArrays:
     gemm_fused: np.ndarray  # bool: Plan.moe_grouped_gemm == "fused" (one kernel for the local experts)
     ce: np.ndarray  # Plan.cross_entropy coded as plan.CROSS_ENTROPY_CODES
     master_bytes: np.ndarray  # float: master-weight bytes per parameter (Plan.master_weights: 4, 2 or 0)
+    sdpa: np.ndarray  # Plan.cudnn_sdpa coded as plan.CUDNN_SDPA_CODES (0 cuDNN 9.1, 1 cuDNN 9.19)
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -126,6 +128,7 @@ class PlanArrays:
                 moment_bytes=MOMENT_BYTES[p.adam_moments_dtype], act_fp8=p.act_fp8_input_store,
                 clamp_fused=p.act_clamp_fused, yarn_fused=p.yarn_rope_fused, gemm_fused=p.moe_grouped_gemm == "fused",
                 ce=CROSS_ENTROPY_CODES[p.cross_entropy], master_bytes=MASTER_WEIGHT_BYTES[p.master_weights],
+                sdpa=CUDNN_SDPA_CODES[p.cudnn_sdpa],
             )
             for k, v in vals.items():
                 cols[k].append(v)

@@ -29,6 +29,8 @@ All functions return seconds as numpy arrays over the candidates of a :class:`Pl
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from plan_search.hardware.spec import ClusterSpec
@@ -176,9 +178,34 @@ def attention_fwd_flops(model: ModelSpec, x: PlanArrays):
     return T * np.where(x.fa, fused, unfused) / x.tp
 
 
+#: cuDNN's fused-attention (SDPA) rate on GH100 by release (``Plan.cudnn_sdpa``: 9.1, 9.19), relative to
+#: 9.1, the release of the 2024 containers the built-in efficiencies were fitted on (NeMo 24.03-24.07,
+#: Megatron-Core r0.8: Transformer Engine 1.x selects cuDNN's FusedAttention on sm90, attention.py "Select
+#: FusedAttention on sm90 ... for performance", NVIDIA/TransformerEngine v1.2-v1.8). NVIDIA's own benchmarks,
+#: bf16, causal, head dim 128, 8K tokens, on H200: cuDNN 9.1 572.9 / 463.5 TFLOP/s forward / backward
+#: (NVIDIA/cudnn-frontend@505fcfe benchmark/benchmark_results.csv, 2024-05, locked clocks, 16 heads);
+#: cuDNN 9.19 644 / 541 (@3929da2 benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn/
+#: llama3.1_20260227_034703.csv, bfloat16 top_left, Llama-3.1 64/8 heads, 2026-02). Weighted 1 :
+#: FA_BACKWARD_RATIO as the cost model prices the backward: 490.3 and 566.9 TFLOP/s, ratio 1.156 (at 16K:
+#: 520 and 603, 1.159). The ratio, not either rate, is applied: the absolute rate stays the profile's
+#: ``attention_eff`` (the fits' prior), so only a release change moves a prediction.
+CUDNN_SDPA_SPEEDUP = (1.0, 1.156)
+
+
+def cudnn_sdpa_speedup(cluster: ClusterSpec, x: PlanArrays):
+    """Factor on the fused-attention rate for the plan's cuDNN release (:data:`CUDNN_SDPA_SPEEDUP`):
+    Hopper parts (the GH100 die the benchmarks ran on) with Transformer Engine's kernels only (profile
+    ``kernel_fusion`` fused; torchtitan's SDPA is FlashAttention, not cuDNN); 1 elsewhere (Blackwell has
+    no cuDNN 9.1 measurement: its fitted attention rate is already that of the 2025-26 releases)."""
+    if cluster.efficiency.kernel_fusion != "fused" or not re.match(r"H(100|200|800)\b", cluster.gpu.name):
+        return 1.0
+    return np.asarray(CUDNN_SDPA_SPEEDUP)[x.sdpa]
+
+
 def attention_fwd_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
     e = cluster.efficiency
-    rate = cluster.gpu.peak("bf16") * 1e12 * np.where(x.fa, e.attention_eff, e.bmm_attention_eff)
+    rate = cluster.gpu.peak("bf16") * 1e12 * np.where(x.fa, e.attention_eff * cudnn_sdpa_speedup(cluster, x),
+                                                      e.bmm_attention_eff)
     return attention_fwd_flops(model, x) / rate
 
 

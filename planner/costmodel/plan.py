@@ -84,6 +84,8 @@ MOMENT_BYTES = {"fp32": 4.0, "bf16": 2.0}
 MASTER_WEIGHT_BYTES = {"fp32": 4.0, "bf16_remainder": 2.0, "none": 0.0}
 #: Plan.cross_entropy coded for PlanArrays.ce (memory.LOSS_BYTES_PER_LOGIT is indexed by it).
 CROSS_ENTROPY_CODES = {"pytorch": 0, "megatron": 1, "te": 2, "pytorch_bf16": 3}
+#: Plan.cudnn_sdpa -> PlanArrays.sdpa (an index of compute.CUDNN_SDPA_SPEEDUP).
+CUDNN_SDPA_CODES = {"9.1": 0, "9.19": 1}
 
 
 def grad_per_microbatch(code, zero, pp):
@@ -190,6 +192,11 @@ class Plan(NoBoolNumbers):
     recompute_layers: int | None = Field(default=None, ge=0, description="with recompute full: layers per stage recomputed (default all)")
     sequence_parallel: bool = Field(default=True, description="sequence parallelism with tp > 1 (Korthikanti et al. 2022)")
     flash_attention: bool = Field(default=True, description="FlashAttention kernels (no stored attention scores)")
+    cudnn_sdpa: Literal["9.1", "9.19"] = Field(
+        default="9.1", description="cuDNN release behind Transformer Engine's fused attention on Hopper (H100/H200/"
+        "H800): 9.1 (2024 TE 1.x containers, the release the built-in efficiencies were fitted on) or 9.19 (TE 2.x "
+        "containers of 2025-26: 1.156x 9.1's attention rate, planner.costmodel.compute.CUDNN_SDPA_SPEEDUP); no "
+        "effect on other GPUs or outside TE kernels")
     precision: Precision = Field(
         default="bf16", description="GEMM precision recipe: bf16, fp16, fp8 (= fp8-delayed), fp8-current "
         "(per-tensor current scaling), mxfp8 (block-scaled, Blackwell), nvfp4 (Blackwell)")

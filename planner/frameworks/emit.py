@@ -1039,6 +1039,8 @@ def _notes(framework: str, p: Plan, m: ModelSpec) -> list[str]:
             if p.moe_grouped_gemm == "fused":
                 n.append("export NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 before Transformer Engine is imported (TE >= 2.17 "
                          "runs the fused grouped MLP only with it)")
+                n.append("--use-transformer-engine-op-fuser and --moe-mlp-glu-interleave-size need Megatron-LM "
+                         "core_v0.18.0 or newer (TransformerConfig fields there; the other flags are the header's)")
     elif framework == "deepspeed":
         n.append("seq_len and the attention kernel are the model code's (the config does not carry them)")
         n.append("the loss is the model code's: torch cross_entropy on " + (
