@@ -132,22 +132,33 @@ def round_robin_hit(model: ModelSpec, units):
     return out
 
 
-def ranks_per_token(model: ModelSpec, ep):
+def _units_hit(model: ModelSpec, units, round_robin=False):
+    """Distinct units of ``units`` one token's ``k`` experts sit in: :func:`round_robin_hit` where
+    ``round_robin`` (``PlanArrays.moe_rr``, a bool or an array of them), else :func:`_distinct_hit`."""
+    uniform = _distinct_hit(model, units)
+    if not np.any(round_robin):
+        return uniform
+    return np.where(round_robin, round_robin_hit(model, units), uniform)
+
+
+def ranks_per_token(model: ModelSpec, ep, round_robin=False):
     """Expected distinct expert-parallel ranks (of ``ep``, own rank included) one token's ``k``
     experts sit in: what the ``flex`` dispatcher sends per token where the all-to-all sends ``k``
-    rows. DeepSeek-V3 (256 experts, top-8 in 4 of 8 groups) on ep 8: 3.6 ranks, not 8 rows."""
-    return _distinct_hit(model, ep)
+    rows. DeepSeek-V3 (256 experts, top-8 in 4 of 8 groups) on ep 8: 3.6 ranks, not 8 rows.
+    ``round_robin`` (``PlanArrays.moe_rr``): :func:`round_robin_hit` where set."""
+    return _units_hit(model, ep, round_robin)
 
 
-def remote_domains_per_token(model: ModelSpec, G):
+def remote_domains_per_token(model: ModelSpec, G, round_robin=False):
     """Expected NVLink domains other than its own that one token's ``k`` experts sit in, with the
     experts spread evenly over ``G`` domains and routing uniform. Group-limited routing
     (``router_num_groups`` groups, ``router_group_topk`` of them per token; DeepSeek-V3 Sec. 2.1.2
     "node-limited routing": 8 groups, 4 chosen, so at most 4 nodes when the groups are the nodes, as
     Megatron-Core sets them for node-limited routing) confines the ``k`` picks to the domains of the
-    chosen groups: :func:`_distinct_hit` of the ``G`` domains, ``(G - 1)/G`` of those remote."""
+    chosen groups: :func:`_distinct_hit` of the ``G`` domains, ``(G - 1)/G`` of those remote
+    (:func:`round_robin_hit`'s where ``round_robin``, ``PlanArrays.moe_rr``)."""
     G = np.asarray(G, dtype=float)
-    return _distinct_hit(model, G) * (G - 1.0) / G
+    return _units_hit(model, G, round_robin) * (G - 1.0) / G
 
 
 def exchange_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
@@ -163,15 +174,11 @@ def exchange_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
     S = row * k
     intra = S * (kd - 1) / ep
     inter_a2a = S * (ep - kd) / ep
-    G = ep / kd
-    remote, ranks = remote_domains_per_token(model, G), ranks_per_token(model, ep)
-    if np.any(x.moe_rr):  # round-robin routing (Plan.moe_routing): k consecutive experts per token
-        remote = np.where(x.moe_rr, round_robin_hit(model, G) * (G - 1.0) / G, remote)
-        ranks = np.where(x.moe_rr, round_robin_hit(model, ep), ranks)
-    inter_flex = row * remote
+    # round-robin routing (Plan.moe_routing, x.moe_rr): k consecutive experts per token
+    inter_flex = row * remote_domains_per_token(model, ep / kd, x.moe_rr)
     # one token per distinct rank: to the others of the own domain, and forwarded inside each remote
     # domain from the rank its NIC copy lands on to the other ranks it reaches there
-    intra_flex = row * ranks * ((kd - 1) / ep + (ep - kd) / ep * (kd - 1) / kd)
+    intra_flex = row * ranks_per_token(model, ep, x.moe_rr) * ((kd - 1) / ep + (ep - kd) / ep * (kd - 1) / kd)
     a2a = _a2a_s(intra, inter_a2a, crosses, cluster)
     flex = _a2a_s(intra_flex, inter_flex, crosses, cluster)
     # etp > 1: the rows an ep rank receives are gathered over its etp group (combine: scattered)
