@@ -173,16 +173,19 @@ class EfficiencySpec(_Frozen):
       Llama-3-70B rows 1011-1014 on GB200/GB300, with a GEMM efficiency per die and a fused-attention
       efficiency for Blackwell, the HGX and NVL72 parts of a die alike); the systems with rows carry them, with the rows each term saw, in the
       megatron entries of ``hardware/efficiency_profiles.yaml``. The fit minimises Huber's loss of the
-      log errors (``bench/moe_fidelity.HUBER_DELTA``: a few rows are gross measurement errors). Median
-      error 11.4%, p90 35.0% (floors 10%/20% not met); leave-one-model-out DeepSeek-V3 6.5%,
-      Qwen3-235B 11.3% (with the grouped GEMMs' per-expert call time, fitted 36.9 us, the flex
+      log errors (``bench/moe_fidelity.HUBER_DELTA``: a few rows are gross measurement errors). At that
+      fit (with the grouped GEMMs' per-expert call time, fitted 36.9 us, the flex
       dispatcher's tokens sent once per rank, ``dispatch.ranks_per_token``, the
       alltoall dispatcher's second permutation priced, ``experts.SORT_CHUNKS_BYTES``, the routed rows'
       low-precision casts, ``experts.expert_cast_bytes``, GPT-OSS's eager activation clamp and
       expert bias, ``experts.CLAMP_FWD_BYTES`` and ``EXPERT_BIAS_FWD_BYTES``, Transformer Engine's FP8 row
       padding under the alltoall and allgather dispatchers, ``experts.FP8_PAD_BYTES``, and
       ``grouped_gemm_rows_scale``: the token rows per expert at which a grouped GEMM keeps 1 - 1/e of its
-      efficiency, fitted 126, about one 128-row tile). The MoE terms
+      efficiency, fitted 126, about one 128-row tile) the median error was 11.4%, p90 35.0%;
+      leave-one-model-out DeepSeek-V3 6.5%, Qwen3-235B 11.3%. The cost model has changed since (round-robin
+      routing for the AutoModel rows, GPT-OSS's unfused YaRN RoPE and window-layer floor) with these terms
+      kept: today's figures are ``python bench/moe_fidelity.py``'s output, quoted in the README
+      ("Calibration and fidelity": "Mixture-of-experts step time ..."). The MoE terms
       are weakly identified (``ep_overlap`` and Blackwell's ``attention_eff`` move across the
       leave-one-model-out refits) and the rows disagree by container version (the same configuration
       2x apart, in opposite directions for two models): see the benchmark's output.
