@@ -483,6 +483,8 @@ _TE_FUSED_MLP = ("NVIDIA/TransformerEngine@v2.17 (91bb9cf) transformer_engine/py
                  "GLU); NVIDIA-NeMo/Megatron-Bridge@f83545d scripts/performance/perf_plugins.py and "
                  "utils/overrides.py (cutedsl_fused_grouped_mlp: the env variable, use_transformer_engine_op_fuser, "
                  "moe_mlp_glu_interleave_size 32)")
+#: The precision recipes the fused grouped MLP runs (block-scaled, Blackwell: _TE_FUSED_MLP's fuse_grouped_mlp_ops).
+_FUSED_MLP_RECIPES = ("mxfp8", "nvfp4")
 
 
 def _fused_grouped_mlp_mcore(p: Plan, m: ModelSpec, c) -> Optional[str]:
@@ -490,11 +492,12 @@ def _fused_grouped_mlp_mcore(p: Plan, m: ModelSpec, c) -> Optional[str]:
         return None
     from plan_search.planner.costmodel.compute import supports_precision
 
-    if c is not None and not any(supports_precision(c, r) for r in ("mxfp8", "nvfp4")):  # not Blackwell
+    if c is not None and not any(supports_precision(c, r) for r in _FUSED_MLP_RECIPES):  # not Blackwell
         return (f"moe_grouped_gemm fused on {c.gpu.name}, which has no MXFP8/NVFP4 block scaling (use "
                 "moe_grouped_gemm loop, or a Blackwell GPU)")
-    if p.precision not in ("mxfp8", "nvfp4"):
-        return f"moe_grouped_gemm fused with precision {p.precision} (use mxfp8 or nvfp4, or moe_grouped_gemm loop)"
+    if p.precision not in _FUSED_MLP_RECIPES:
+        return (f"moe_grouped_gemm fused with precision {p.precision} (use {' or '.join(_FUSED_MLP_RECIPES)}, or "
+                "moe_grouped_gemm loop)")
     if p.etp > 1:
         return f"moe_grouped_gemm fused with etp {p.etp} (use etp 1)"
     if m.activation not in ("swiglu", "geglu"):
@@ -685,8 +688,9 @@ _TT_GROUPED_MM = ("pytorch/torchtitan@b5bcd76 torchtitan/models/common/moe.py an
 _DS_EXPERTS = ("deepspeedai/DeepSpeed@edaa7221 deepspeed/moe/experts.py Experts.forward (a loop over the local "
                "experts' modules)")
 
-#: Per framework, the values of each memory knob (and of act_clamp_fused and moe_grouped_gemm, kernels, issue 13) it can
-#: run; the first is its default where the framework is
+#: Per framework, the values of each memory knob (and of the kernel knobs act_clamp_fused, moe_grouped_gemm and
+#: yarn_rope_fused, issue 13; moe_routing is added from :data:`_ROUTING` below) it can run; the first is its default
+#: where the framework is
 #: named (``with_defaults`` and the search's knobs, when the user gave none).
 MEMORY_KNOBS: dict[str, dict[str, tuple]] = {
     # Megatron-Core's loss: vocab_parallel_cross_entropy by default (fp32 softmax kept, gradient in place:
@@ -766,11 +770,11 @@ _MLM_ROUTER = ("NVIDIA/Megatron-LM@d98e8a64 megatron/core/transformer/moe/router
 _TT_ROUTER = ("pytorch/torchtitan@73a0e697 (v0.2.2) config/job_config.py Debug.moe_force_load_balance and "
               "models/moe/moe.py _debug_force_load_balance_routing (token i to experts (i*k + j) mod E)")
 _DS_ROUTER = "deepspeedai/DeepSpeed@edaa7221 deepspeed/moe/sharded_moe.py TopKGate (top-k of the gate's logits)"
+_MCORE_ROUTING = ("Megatron-Core routes each token to the top-k of its router's scores (force balancing draws random "
+                  "scores): moe_routing topk")
 _ROUTING = {
-    "megatron": (("topk",), ("Megatron-Core routes each token to the top-k of its router's scores (force balancing "
-                             "draws random scores): moe_routing topk", _MLM_ROUTER)),
-    "nemo": (("topk",), ("Megatron-Core routes each token to the top-k of its router's scores (force balancing "
-                         "draws random scores): moe_routing topk", f"{_NM} on {_MC}; {_MLM_ROUTER}")),
+    "megatron": (("topk",), (_MCORE_ROUTING, _MLM_ROUTER)),
+    "nemo": (("topk",), (_MCORE_ROUTING, f"{_NM} on {_MC}; {_MLM_ROUTER}")),
     "deepspeed": (("topk",), ("DeepSpeed-MoE's gate routes each token to the top-k of its scores: moe_routing topk",
                               _DS_ROUTER)),
     "torchtitan": (("topk", "round_robin"), ("", _TT_ROUTER)),
