@@ -64,6 +64,10 @@ def test_search_names_the_forced_etp_that_empties_the_space():
     assert "etp: etp*ep = 2048*8 = 16384 divides no pipeline stage's tp*cp*dp GPUs" in msg
     assert "dp dividing the global batch 15360" in msg
     assert "use etp of 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024 (dividing expert_ffn_hidden_size 2048)" in msg
+    assert "or --cp 2;" in msg  # tp 8 x cp 2 x dp 1024 holds 16,384 (the default cp domain at 4,096 tokens is 1)
+    r = CliRunner().invoke(search_main, ["--model", "deepseek-v3", "--gpu", "h100", "--ep", "8", "--etp", "2048",
+                                         "--cp", "2", "--gpus", "16384", "--format", "json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["front"][0]["plan"]["etp"] == 2048
     # ep is named when it alone cannot fit: 256 experts over at most 8 x 16 GPUs of a batch of 16
     r = CliRunner().invoke(search_main, ["--model", "deepseek-v3", "--gpu", "h100", "--ep", "256",
                                          "--global-batch", "16"])

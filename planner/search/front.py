@@ -1053,10 +1053,19 @@ def _expert_group_problem(model, systems: list[System], request, counts: list[in
         use = (f"use ep of {', '.join(map(str, good))} (dividing num_experts {model.num_experts})" if good else
                "lower ep or etp")
     cp_txt = ", ".join(map(str, cps.tolist()))
+    more = ""
+    if not knobs.cp:  # a wider cp than the default domain's (seq_len / MIN_CP_TOKENS) may form the group
+        wider = [c for c in (2 ** np.arange(1, 11)).tolist() if c not in cps.tolist() and seq % (2 * c) == 0]
+        for c in wider:
+            g = np.unique((tps[:, None] * c * dps[None, :]).ravel())
+            g = g[np.isin(g[:, None] * pps[None, :], np.asarray(counts, dtype=np.int64)).any(axis=1)]
+            if any((g % (e2 * t2) == 0).any() for e2 in eps for t2 in etps):
+                more = f", or --cp {c}"
+                break
     return (f"{field}: etp*ep = {t}*{e} = {t * e} divides no pipeline stage's tp*cp*dp GPUs this space can form "
             f"(tp {', '.join(map(str, tps.tolist()))}, cp {cp_txt}, dp dividing the global batch "
             f"{'/'.join(map(str, gbs))}, at the GPU counts asked), which the expert "
-            f"layers regroup as etp x ep x edp; {use}, or a global batch more data-parallel degrees divide")
+            f"layers regroup as etp x ep x edp; {use}, or a global batch more data-parallel degrees divide{more}")
 
 
 def _nearest_working(model, systems, counts: list[int], gbs, seq, request, deadline: float,
