@@ -151,30 +151,11 @@ def test_sweep_shows_choice_values_in_their_canonical_form(tmp_path):
 def test_the_cpsat_paths_skyline_stops_at_the_time_limit_and_says_so(monkeypatch):
     """Deterministic (tests/test_time_limits.py's way): the search's clock jumps past any limit as the
     skyline of the CP-SAT path starts; wall-clock figures are bench/time_limits.py's."""
-    import math
-    import sys
-    import time
-
     args = ["--model", "megatron-gpt-1.7b", "--gpu", "a100-80gb", "--gpus", "8,16,32,64", "--global-batch", "512",
             "--tokens", "1e11", "--format", "json"]
     full = CliRunner().invoke(search_main, args)
     assert full.exit_code == 0 and {p["num_gpus"] for p in json.loads(full.stdout)["front"]} == {8, 16, 32, 64}
-    front = sys.modules["plan_search.planner.search.front"]
-    state = {"offset": 0.0}
-
-    class Clock:
-        @staticmethod
-        def perf_counter() -> float:
-            return time.perf_counter() + state["offset"]
-
-    real = front.exhaustive_front
-
-    def expiring(t, deadline=math.inf, cut=None):
-        state["offset"] = 1e9
-        return real(t, deadline, cut)
-
-    monkeypatch.setattr(front, "time", Clock)
-    monkeypatch.setattr(front, "exhaustive_front", expiring)
+    _clock_jumps_at(monkeypatch, "exhaustive_front")  # from its first call on
     r = CliRunner().invoke(search_main, args)  # --solver cpsat, the default
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
