@@ -274,8 +274,8 @@ def megatron_moe_args(p: Plan, m: ModelSpec) -> list[str]:
         a.append("--moe-enable-deepep")
     if p.moe_overlap:
         a.append("--overlap-moe-expert-parallel-comm")
-    if p.moe_grouped_gemm == "fused":  # TE's CuTe-DSL fused grouped MLP needs a GLU interleave of 32
-        a += ["--use-transformer-engine-op-fuser", "--moe-mlp-glu-interleave-size", "32"]  # (rules._TE_FUSED_MLP)
+    if p.moe_grouped_gemm == "fused":  # TE's CuTe-DSL fused grouped MLP and the GLU interleave it needs
+        a += ["--use-transformer-engine-op-fuser", "--moe-mlp-glu-interleave-size", str(fw.FUSED_MLP_GLU_INTERLEAVE)]
     return a
 
 

@@ -485,6 +485,9 @@ _TE_FUSED_MLP = ("NVIDIA/TransformerEngine@v2.17 (91bb9cf) transformer_engine/py
                  "moe_mlp_glu_interleave_size 32)")
 #: The precision recipes the fused grouped MLP runs (block-scaled, Blackwell: _TE_FUSED_MLP's fuse_grouped_mlp_ops).
 _FUSED_MLP_RECIPES = ("mxfp8", "nvfp4")
+#: The GLU interleave the fused grouped MLP's weights are laid out in (Megatron-Bridge utils/overrides.py
+#: cutedsl_fused_grouped_mlp: moe_mlp_glu_interleave_size 32, :data:`_TE_FUSED_MLP`); emit writes it.
+FUSED_MLP_GLU_INTERLEAVE = 32
 
 
 def _fused_grouped_mlp_mcore(p: Plan, m: ModelSpec, c) -> Optional[str]:
