@@ -136,11 +136,9 @@ class PlanArrays:
         for k, v in cols.items():
             dtype = bool if k in ("sp", "fa", "fp32_grads", "ovl_grad", "ovl_param", "ovl_tp", "moe_ovl", "reshard",
                                   "grad_bf16", "opt_offload", "act_offload", "lowp_params", "act_fp8",
-                                  "clamp_fused", "yarn_fused", "gemm_fused") else np.int64
+                                  "clamp_fused", "yarn_fused", "gemm_fused", "moe_rr") else np.int64
             dtype = float if k in ("moe_imb", "bf16_frac", "moment_bytes", "master_bytes") else dtype
             out[k] = np.asarray(v, dtype=dtype)
-        out["reshard"] = out["reshard"].astype(bool)
-        out["moe_rr"] = out["moe_rr"].astype(bool)
         return PlanArrays(**out)
 
 

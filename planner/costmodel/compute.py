@@ -330,8 +330,7 @@ def yarn_rope_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> tu
     element): zero without ``rope_scaling`` yarn, for MLA, where the plan fuses it (``Plan.yarn_rope_fused``),
     and outside Transformer Engine's fused kernels (``kernel_fusion`` compiled fuses it; eager already
     prices an eager RoPE in :func:`unfused_membound_fwd_bytes`)."""
-    if (model.rope_scaling != "yarn" or getattr(model, "kv_lora_rank", None) is not None
-            or cluster.efficiency.kernel_fusion != "fused"):
+    if model.rope_scaling != "yarn" or model.is_mla or cluster.efficiency.kernel_fusion != "fused":
         return 0.0, 0.0
     heads = (model.num_heads + model.num_kv_heads) / x.tp
     elems = np.where(x.yarn_fused, 0.0, 1.0) * heads * model.head_dim * tokens_per_gpu(x)
