@@ -64,6 +64,14 @@ def short_days(x: float) -> str:
 MAX_ERROR_CHARS = 1000
 
 
+def moe_kernel_words(p) -> list[str]:
+    """The MoE kernel knobs a plan's line shows when not at their defaults (plan-estimate's and
+    plan-search's plan lines): ``fused-experts`` (moe_grouped_gemm fused), ``round-robin``
+    (moe_routing round_robin); the defaults (loop, topk) say nothing."""
+    return (["fused-experts"] if p.moe_grouped_gemm == "fused" else []) + (
+        ["round-robin"] if p.moe_routing == "round_robin" else [])
+
+
 def one_line(exc: BaseException) -> str:
     """The user-facing one-line form of an error (at most MAX_ERROR_CHARS)."""
     if isinstance(exc, ValidationError):

@@ -19,7 +19,7 @@ import click
 
 from plan_search import __version__
 
-from plan_search.cli.common import OneLineCommand, Infeasible, guarded, align_row, column_widths, rule_row
+from plan_search.cli.common import OneLineCommand, Infeasible, guarded, align_row, column_widths, rule_row, moe_kernel_words
 from plan_search.cli.knobs import collect, knob_options
 
 TABLE_WIDTH = 80
@@ -45,8 +45,9 @@ class TokenCount(click.ParamType):
 # ------------------------------------------------------------------ formatting helpers
 
 
-def _plan_line(p) -> str:
-    """``tp8 pp12 dp16 cp1 vpp1 zero1 mb1 gb1536 seq2048 selective SP FA bf16``."""
+def _plan_line(p, is_moe: bool = False) -> str:
+    """``tp8 pp12 dp16 cp1 vpp1 zero1 mb1 gb1536 seq2048 selective SP FA bf16`` (a MoE model's plan: its
+    expert layout and the kernel knobs not at their defaults, :func:`cli.common.moe_kernel_words`)."""
     rc = p.recompute
     if rc == "full" and p.recompute_layers is not None:
         rc = f"full({p.recompute_layers}/stage)"
@@ -59,6 +60,8 @@ def _plan_line(p) -> str:
     ]
     if p.ep * p.etp > 1:  # mixture of experts: the expert layout and its dispatcher
         parts += [f"ep{p.ep}", f"etp{p.etp}", p.moe_dispatcher] + (["a2a-overlap"] if p.moe_overlap else [])
+    if is_moe:
+        parts += moe_kernel_words(p)
     if p.pp_schedule != "1f1b":
         parts.append(p.pp_schedule)
     return " ".join(parts)
@@ -227,7 +230,7 @@ def format_table(est, cluster, model, headroom: float, overrides: Sequence[str] 
         indent="  ", first=" ",
     )
     lines[0] = lines[0][1:]
-    lines += ["  " + _plan_line(p)]
+    lines += ["  " + _plan_line(p, model.is_moe)]
     lines += _wrap(_knobs_line(p, model.num_layers))
     for o in overrides:
         lines += _wrap(f"what-if: {o}")

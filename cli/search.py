@@ -29,7 +29,7 @@ import click
 
 from plan_search import __version__
 
-from plan_search.cli.common import guarded, Infeasible, OneLineCommand, short_days, short_money, align_row, column_widths, rule_row
+from plan_search.cli.common import guarded, Infeasible, OneLineCommand, short_days, short_money, align_row, column_widths, rule_row, moe_kernel_words
 from plan_search.cli.knobs import _int, collect, knob_options, parse_int_set
 
 WIDTH = 80
@@ -155,6 +155,7 @@ def _plan_line(p, num_layers: int | None = None) -> str:
     return (f"tp{p.tp} pp{p.pp} dp{p.dp} cp{p.cp} vpp{p.vpp} mb{p.micro_batch} gb{p.global_batch} "
             f"(grad-accum {p.grad_accum}) zero{p.zero} {rc} {'SP' if p.sequence_parallel else 'no-SP'} "
             f"{p.precision}" + (f" ep{p.ep} etp{p.etp} {p.moe_dispatcher}" if p.ep * p.etp > 1 else "")
+            + "".join(f" {w}" for w in (moe_kernel_words(p) if p.ep * p.etp > 1 else []))
             + (f" {p.pp_schedule}" if p.pp_schedule != "1f1b" else "") + split)
 
 

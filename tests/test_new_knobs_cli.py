@@ -15,7 +15,9 @@ and the CLIs (each case fails on the code before its fix):
   and the nearest knob name; a sweep over moe_grouped_gemm loop, fused on B200 MXFP8 prices two step times;
 - a fused plan's Megatron launch flags carry the op fuser and the GLU interleave, and the notes say the env
   variable and that those flags need Megatron-LM core_v0.18.0 (the header names Megatron-Core 0.16.1);
-  torchtitan's search front carries moe_grouped_gemm fused.
+  torchtitan's search front carries moe_grouped_gemm fused;
+- the plan line of plan-estimate and plan-search says a MoE plan's kernel knobs when not at their defaults
+  (``fused-experts``, ``round-robin``): fused and loop plans printed the same line.
 """
 
 from __future__ import annotations
@@ -179,3 +181,18 @@ def test_torchtitan_front_runs_fused_grouped_gemm():
     doc = json.loads(r.stdout)
     assert doc["front"] and {p["plan"]["moe_grouped_gemm"] for p in doc["front"]} == {"fused"}
     assert "--moe-grouped-gemm fused" in doc["recommended_command"]
+
+
+def test_plan_lines_say_fused_experts_and_round_robin():
+    base = ["--model", "qwen3-30b-a3b", "--gpu", "b200", "--num-gpus", "64", "--ep", "8", "--precision", "mxfp8"]
+    r = CliRunner().invoke(estimate_main, base + ["--moe-grouped-gemm", "fused", "--moe-routing", "round_robin"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[1].endswith(" mxfp8 ep8 etp1 alltoall fused-experts round-robin")
+    r = CliRunner().invoke(estimate_main, base)
+    assert r.stdout.splitlines()[1].endswith(" mxfp8 ep8 etp1 alltoall")  # the defaults say nothing
+    r = CliRunner().invoke(estimate_main, ["--model", "llama3-8b", "--gpu", "b200", "--num-gpus", "8",
+                                           "--moe-grouped-gemm", "fused"])
+    assert "fused-experts" not in r.stdout  # a dense model: accepted, no experts, nothing said
+    r = CliRunner().invoke(search_main, ["--model", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "64",
+                                         "--framework", "torchtitan"])
+    assert r.exit_code == 0 and " ep8 etp1 alltoall fused-experts" in r.stdout.replace("\n  ", " ")
