@@ -196,3 +196,22 @@ def test_plan_lines_say_fused_experts_and_round_robin():
     r = CliRunner().invoke(search_main, ["--model", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "64",
                                          "--framework", "torchtitan"])
     assert r.exit_code == 0 and " ep8 etp1 alltoall fused-experts" in r.stdout.replace("\n  ", " ")
+
+
+def test_fused_grouped_mlp_refusals_all_offer_loop():
+    r = CliRunner().invoke(estimate_main, ["--model", "mixtral-8x7b", "--gpu", "b200", "--num-gpus", "64", "--ep", "8",
+                                           "--tp", "2", "--etp", "2", "--precision", "mxfp8",
+                                           "--moe-grouped-gemm", "fused", "--framework", "megatron"])
+    assert _one_line(r).endswith("(moe_grouped_gemm fused with etp 2 (use etp 1, or moe_grouped_gemm loop))")
+    moe_file = {"name": "relu-moe", "num_layers": 4, "hidden_size": 1024, "num_heads": 8, "vocab_size": 32000,
+                "ffn_hidden_size": 4096, "activation": "gelu", "num_experts": 8, "experts_per_token": 2,
+                "expert_ffn_hidden_size": 1024, "seq_len": 2048, "global_batch": 64}
+    with pytest.raises(InputError, match=r"\(moe_grouped_gemm fused with activation gelu \(use moe_grouped_gemm loop\)\)$"):
+        plan_search.estimate(_spec(moe_file), "b200", num_gpus=8, ep=8, precision="mxfp8", moe_grouped_gemm="fused",
+                             framework="megatron")
+
+
+def _spec(doc: dict):
+    from plan_search.models.spec import ModelSpec
+
+    return ModelSpec(**doc)

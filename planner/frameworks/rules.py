@@ -502,9 +502,9 @@ def _fused_grouped_mlp_mcore(p: Plan, m: ModelSpec, c) -> Optional[str]:
         return (f"moe_grouped_gemm fused with precision {p.precision} (use {' or '.join(_FUSED_MLP_RECIPES)}, or "
                 "moe_grouped_gemm loop)")
     if p.etp > 1:
-        return f"moe_grouped_gemm fused with etp {p.etp} (use etp 1)"
+        return f"moe_grouped_gemm fused with etp {p.etp} (use etp 1, or moe_grouped_gemm loop)"
     if m.activation not in ("swiglu", "geglu"):
-        return f"moe_grouped_gemm fused with activation {m.activation}"
+        return f"moe_grouped_gemm fused with activation {m.activation} (use moe_grouped_gemm loop)"
     return None
 
 
