@@ -405,6 +405,9 @@ def _row_candidates(row: dict, model: ModelSpec, group: str, gpu: str, n: int, m
             # (Automodel@34f73e9 components/moe/layers.py quick_geglu_deepep); Megatron-Core clamps
             # in eager passes before its fused activation (experts.CLAMP_FWD_BYTES).
             kw["act_clamp_fused"] = group == "nemo-automodel" and disp == "flex"
+            # Megatron-Bridge's containers run cuDNN 9.1x, as its dense rows state
+            # (planner/calibration.py "megatron-bridge": compute.CUDNN_SDPA_SPEEDUP, Hopper only)
+            kw["cudnn_sdpa"] = "9.19" if group == "megatron-bridge" else "9.1"
             try:
                 plan = Plan(num_gpus=n, tp=tp, pp=pp, cp=cp, vpp=v, micro_batch=b, global_batch=gb, seq_len=seq,
                             recompute=r, zero=zero, precision=precision, sequence_parallel=tp > 1,
