@@ -71,6 +71,12 @@ class GPUSpec(_Frozen):
         description="tensor cores apply per-block scale factors in hardware (MXFP8, NVFP4: Blackwell's "
         "5th-generation tensor cores); the mxfp8 and nvfp4 recipes need it",
     )
+    architecture: Literal["volta", "ampere", "ada", "hopper", "blackwell", "cdna3"] | None = Field(
+        default=None,
+        description="the vendor's architecture of the die, which says what a kernel measurement taken on one "
+        "part of it applies to (planner.costmodel.compute.cudnn_sdpa_speedup: cuDNN's Hopper measurements); "
+        "None where a GPU file does not state it: no architecture-specific measurement is applied",
+    )
     sources: dict[str, str] = Field(default_factory=dict, description="field -> datasheet / paper")
 
     @model_validator(mode="after")

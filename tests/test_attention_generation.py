@@ -61,6 +61,26 @@ def test_no_effect_without_gh100_cudnn_attention(system, framework):
     assert new.step_time_s == old.step_time_s
 
 
+def test_the_architecture_not_the_name_says_hopper(tmp_path):
+    """A GPU is Hopper by its spec's ``architecture`` (the catalog states it, with its datasheet), not by
+    its name: a cluster file that renames the H100 keeps the speedup; a GPU that states no architecture
+    gets none (no Hopper measurement applied to an unknown die)."""
+    h100 = get_cluster("h100-sxm")
+    renamed = h100.model_copy(update={"gpu": h100.gpu.model_copy(update={"name": "our-lab-accelerator"})})
+    unknown = h100.model_copy(update={"gpu": h100.gpu.model_copy(update={"architecture": None})})
+    assert h100.gpu.architecture == "hopper" and get_cluster("b200").gpu.architecture == "blackwell"
+    saved = _attention_s("llama3.1-8b", h100) * (1 - 1 / CUDNN_SDPA_SPEEDUP[1])
+    for cluster, gain in ((renamed, saved), (unknown, 0.0)):
+        old = ps.estimate("llama3.1-8b", cluster, **PLAN).time.compute_s
+        new = ps.estimate("llama3.1-8b", cluster, cudnn_sdpa="9.19", **PLAN).time.compute_s
+        assert old - new == pytest.approx(gain, rel=1e-6, abs=1e-12)
+    f = tmp_path / "lab.yaml"
+    f.write_text("base: h100-sxm\ngpu:\n  name: our-lab-accelerator\n")
+    old = ps.estimate("llama3.1-8b", str(f), **PLAN).time.compute_s
+    assert old - ps.estimate("llama3.1-8b", str(f), cudnn_sdpa="9.19", **PLAN).time.compute_s == pytest.approx(
+        saved, rel=1e-6)
+
+
 def _cli(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 

@@ -29,7 +29,6 @@ All functions return seconds as numpy arrays over the candidates of a :class:`Pl
 
 from __future__ import annotations
 
-import re
 
 import numpy as np
 
@@ -194,10 +193,10 @@ CUDNN_SDPA_SPEEDUP = (1.0, 1.156)
 
 def cudnn_sdpa_speedup(cluster: ClusterSpec, x: PlanArrays):
     """Factor on the fused-attention rate for the plan's cuDNN release (:data:`CUDNN_SDPA_SPEEDUP`):
-    Hopper parts (the GH100 die the benchmarks ran on) with Transformer Engine's kernels only (profile
+    Hopper parts (``GPUSpec.architecture``: the GH100 die the benchmarks ran on) with Transformer Engine's kernels only (profile
     ``kernel_fusion`` fused; torchtitan's SDPA is FlashAttention, not cuDNN); 1 elsewhere (Blackwell has
     no cuDNN 9.1 measurement: its fitted attention rate is already that of the 2025-26 releases)."""
-    if cluster.efficiency.kernel_fusion != "fused" or not re.match(r"H(100|200|800)\b", cluster.gpu.name):
+    if cluster.efficiency.kernel_fusion != "fused" or cluster.gpu.architecture != "hopper":
         return 1.0
     return np.asarray(CUDNN_SDPA_SPEEDUP)[x.sdpa]
 
