@@ -60,7 +60,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from plan_search.models.io import (InputError, expand_path, load_document, parse_token_count, short_repr,
+from plan_search.models.io import (InputError, closest, expand_path, load_document, parse_token_count, short_repr,
                                    validation_message)
 
 from plan_search.planner.search.request import Knobs, NoFeasiblePlan, SearchRequest
@@ -214,9 +214,7 @@ def _apply(data: dict, knobs: dict, name: str, value: Any) -> None:
     elif kind == "knob":
         f = name.split(".", 1)[1]
         if f not in Knobs.model_fields:
-            import difflib
-
-            near = difflib.get_close_matches(f, list(Knobs.model_fields), n=1, cutoff=0.6)
+            near = closest(f, list(Knobs.model_fields), n=1)
             hint = f"did you mean knobs.{near[0]}? " if near else ""
             raise InputError(f"sweep.{name}: no such knob; {hint}knobs are {', '.join(Knobs.model_fields)}")
         if f in KNOB_LIST_FIELDS and not isinstance(value, list):

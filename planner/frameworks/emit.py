@@ -750,7 +750,8 @@ def from_torchtitan_toml(text: str, num_layers: int) -> Plan:
         sequence_parallel=tp > 1, flash_attention=True, precision=precision, fp32_grads=True,
         overlap_grad_reduce=True, overlap_param_gather=True,
         overlap_tp_comm=bool(par.get("enable_async_tensor_parallel", False)) and tp > 1,
-        first_stage_layers=first, last_stage_layers=last, moe_grouped_gemm="fused",  # torch._grouped_mm
+        first_stage_layers=first, last_stage_layers=last,
+        moe_grouped_gemm=fw.memory_defaults("torchtitan")["moe_grouped_gemm"],  # its only value: torch._grouped_mm
     )
 
 
