@@ -63,7 +63,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from plan_search.models.io import (InputError, closest, expand_path, load_document, parse_token_count, short_repr,
                                    validation_message)
 
-from plan_search.planner.search.request import Knobs, NoFeasiblePlan, SearchRequest
+from plan_search.planner.search.request import KNOB_EXTRA_CHOICES, Knobs, NoFeasiblePlan, SearchRequest
 
 MAX_SCENARIOS = 100_000
 #: Request fields that hold lists: an axis value that is a scalar becomes a one-element list.
@@ -184,7 +184,7 @@ def _canonical_param(name: str, value: Any, request: SearchRequest) -> Any:
 
     if name.startswith("knobs."):
         f = name.split(".", 1)[1]
-        value = canonical_choices({f: value}, {"recompute": ("partial",)})[f]
+        value = canonical_choices({f: value}, KNOB_EXTRA_CHOICES)[f]
     elif isinstance(value, str) and name in SearchRequest.model_fields:
         got = getattr(request, name, None)
         if isinstance(got, str) and got != value and got.lower() == value.strip().lower():

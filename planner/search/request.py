@@ -28,6 +28,9 @@ from plan_search.planner.costmodel.plan import Plan, canonical_choices
 Objective = Literal["balanced", "fastest", "cheapest", "fewest-gpus", "least-energy", "best-mfu"]
 OBJECTIVES: tuple[str, ...] = ("balanced", "fastest", "cheapest", "fewest-gpus", "least-energy", "best-mfu")
 RecomputeChoice = Literal["none", "selective", "full", "partial"]
+#: The knobs' choices beyond a Plan's own (plan.canonical_choices' ``extra``): the search's "partial"
+#: recomputation (recompute full on some layers).
+KNOB_EXTRA_CHOICES = {"recompute": ("partial",)}
 
 #: Default cp domain: every rank keeps at least this many tokens of the sequence. 4096 is the
 #: shortest chunk of NVIDIA's recipes: NeMo llama3_70b pretrain_recipe, context_parallelism=2 at
@@ -157,7 +160,7 @@ class _EnumeratedKnobs(_Strict):
         from plan_search.models.io import from_numpy
 
         data = from_numpy(data)  # before an array is taken for a scalar: ep=np.array([4, 8]) is [4, 8]
-        data = canonical_choices(data, {"recompute": ("partial",)})  # "FLEX" is flex, as for a Plan
+        data = canonical_choices(data, KNOB_EXTRA_CHOICES)  # "FLEX" is flex, as for a Plan
         if isinstance(data, dict) and any(isinstance(data.get(k), (str, list, tuple)) for k in KNOB_LIMITS):
             data = {k: (_int_set_text(k, v) if k in KNOB_LIMITS else v) for k, v in data.items()}
         if isinstance(data, dict):
