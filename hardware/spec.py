@@ -173,24 +173,24 @@ class EfficiencySpec(_Frozen):
       ``planner.costmodel.experts.GROUPED_GEMM_CALL_NOTE``).
       The six defaults are the values
       shared by every system in the joint fit of ``python bench/moe_fidelity.py --refit --write``
-      (2026-12-01: the 61 MoE rows of ``planner/runs_2026_12.csv`` with a step time or tokens/s --
+      (2026-12-02: the 61 MoE rows of ``planner/runs_2026_12.csv`` with a step time or tokens/s --
       Megatron-Bridge 25.09-26.06 on H100/B200/B300/GB200/GB300, Megatron-MoE-ModelZoo Qwen3-235B on
       H100, NeMo AutoModel on H100, the DeepSeek-V3 production run on H800 -- and the dense SFT
       Llama-3-70B rows 1011-1014 on GB200/GB300, with a GEMM efficiency per die and a fused-attention
       efficiency for Blackwell, the HGX and NVL72 parts of a die alike); the systems with rows carry them, with the rows each term saw, in the
       megatron entries of ``hardware/efficiency_profiles.yaml``. The fit minimises Huber's loss of the
       log errors (``bench/moe_fidelity.HUBER_DELTA``: a few rows are gross measurement errors). At that
-      fit (with the grouped GEMMs' per-expert call time, fitted 36.9 us, the flex
-      dispatcher's tokens sent once per rank, ``dispatch.ranks_per_token``, the
+      fit (with the grouped GEMMs' per-expert call time, fitted 35.9 us, one call per GEMM under the fused
+      grouped MLP, ``Plan.moe_grouped_gemm``; the flex dispatcher's tokens sent once per rank,
+      ``dispatch.ranks_per_token``, and AutoModel's round-robin routing, ``dispatch.round_robin_hit``; the
       alltoall dispatcher's second permutation priced, ``experts.SORT_CHUNKS_BYTES``, the routed rows'
       low-precision casts, ``experts.expert_cast_bytes``, GPT-OSS's eager activation clamp and
-      expert bias, ``experts.CLAMP_FWD_BYTES`` and ``EXPERT_BIAS_FWD_BYTES``, Transformer Engine's FP8 row
-      padding under the alltoall and allgather dispatchers, ``experts.FP8_PAD_BYTES``, and
+      expert bias, ``experts.CLAMP_FWD_BYTES`` and ``EXPERT_BIAS_FWD_BYTES``, its unfused YaRN RoPE and
+      window-layer floor, ``compute.yarn_rope_bytes`` and ``compute.window_floor_s``, Transformer Engine's FP8
+      row padding under the alltoall and allgather dispatchers, ``experts.FP8_PAD_BYTES``, and
       ``grouped_gemm_rows_scale``: the token rows per expert at which a grouped GEMM keeps 1 - 1/e of its
-      efficiency, fitted 126, about one 128-row tile) the median error was 11.4%, p90 35.0%;
-      leave-one-model-out DeepSeek-V3 6.5%, Qwen3-235B 11.3%. The cost model has changed since (round-robin
-      routing for the AutoModel rows, GPT-OSS's unfused YaRN RoPE and window-layer floor) with these terms
-      kept: today's figures are ``python bench/moe_fidelity.py``'s output, quoted in the README
+      efficiency, fitted 125, about one 128-row tile) the median error was 9.5%, p90 32.5%;
+      leave-one-model-out DeepSeek-V3 7.9%, Qwen3-235B 10.0%. Today's figures are ``python bench/moe_fidelity.py``'s output, quoted in the README
       ("Calibration and fidelity": "Mixture-of-experts step time ..."). The MoE terms
       are weakly identified (``ep_overlap`` and Blackwell's ``attention_eff`` move across the
       leave-one-model-out refits) and the rows disagree by container version (the same configuration
@@ -215,16 +215,16 @@ class EfficiencySpec(_Frozen):
     # peak (planner.costmodel.memory.MEMORY_FIT_NOTE; leave-one-table-out fits 0.27-0.38)
     fragmentation: float = Field(default=0.31, ge=0, le=10)
     step_overhead_s: float = Field(default=0.05, ge=0, le=1e4)
-    a2a_bw_eff: float = Field(default=0.9039, gt=0, le=1)
-    grouped_gemm_eff: float = Field(default=0.7642, gt=0, le=1)
-    ep_overlap: float = Field(default=0.6612, ge=0, le=1)
-    moe_membound_eff: float = Field(default=0.5281, gt=0, le=1)
+    a2a_bw_eff: float = Field(default=0.8777, gt=0, le=1)
+    grouped_gemm_eff: float = Field(default=0.6961, gt=0, le=1)
+    ep_overlap: float = Field(default=0.6589, ge=0, le=1)
+    moe_membound_eff: float = Field(default=0.5607, gt=0, le=1)
     grouped_gemm_call_s: float = Field(
-        default=3.685e-05, ge=0, le=1e-2, description="seconds each local expert's GEMM adds to a grouped expert GEMM "
+        default=3.594e-05, ge=0, le=1e-2, description="seconds each local expert's GEMM adds to a grouped expert GEMM "
         "(one cuBLAS GEMM and quantize per expert in Transformer Engine's GroupedLinear: "
         "planner.costmodel.experts.GROUPED_GEMM_CALL_NOTE)")
     grouped_gemm_rows_scale: float = Field(
-        default=126.4, ge=0, le=1e6, description="token rows per expert at which a grouped expert GEMM reaches "
+        default=125.1, ge=0, le=1e6, description="token rows per expert at which a grouped expert GEMM reaches "
         "1 - 1/e of its efficiency (planner.costmodel.experts.rows_efficiency); 0: no dependence on the rows")
     kernel_fusion: Literal["fused", "compiled", "eager"] = Field(
         default="fused", description="how the framework runs the element-wise ops between GEMMs: fused "
