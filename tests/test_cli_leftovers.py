@@ -66,6 +66,11 @@ def test_a_degree_set_with_no_valid_value_is_refused_naming_its_knob():
         r = CliRunner().invoke(search_main, MIXTRAL + args)
         assert r.exit_code == 2, (args, r.output)
         assert _one_line(r).startswith(f"error: {says}"), r.stderr
+    # the divisors offered reach one NVLink domain: 8 GPUs on an HGX H100, 72 in a GB200 NVL72 rack
+    for gpu, hint in (("h100", "use divisors: 1, 2, 4, 7, 8"),
+                      ("gb200", "use divisors: 1, 2, 4, 7, 8, 14, 16, 28, 32, 56, 64")):
+        r = CliRunner().invoke(search_main, ["--model", "mixtral-8x7b", "--gpu", gpu, "--etp", "3"])
+        assert r.exit_code == 2 and _one_line(r).endswith(hint), (gpu, r.stderr)
     # a dense model keeps ep = etp = 1 of a set, and names the knob when 1 is not in it
     res = plan_search.search(model="megatron-gpt-1.7b", gpu="h100", gpus=[8], ep=[1, 2], etp=[1, 4])
     assert {(p.plan.ep, p.plan.etp) for p in res.front} == {(1, 1)}

@@ -419,15 +419,15 @@ def expert_domain(model: ModelSpec, cluster: ClusterSpec, knobs: Knobs):
         ep = 2 ** np.arange(0, int(np.log2(E)) + 1, dtype=np.int64)
         ep = ep[(E % ep == 0) & (E // ep <= MAX_LOCAL_EXPERTS)]
         ep = ep if ep.size else np.asarray([E], dtype=np.int64)
+    dom = max(cluster.node.intra_domain_size, 1)  # etp groups offered and hinted: up to one NVLink domain
     if knobs.etp:
         etp = np.asarray(knobs.etp, dtype=np.int64)
         etp = given_degrees("etp", etp, fe % etp == 0, knobs.etp,
                             lambda: f"none of {list(knobs.etp)} divides expert_ffn_hidden_size {fe} of "
                                     f"{model.name}; use divisors: "
-                                    f"{', '.join(map(str, [d for d in _divisors(fe).tolist() if d <= 64]))}")
+                                    f"{', '.join(map(str, [d for d in _divisors(fe).tolist() if d <= dom]))}")
     else:
-        dom = cluster.node.intra_domain_size
-        etp = 2 ** np.arange(0, int(np.log2(max(dom, 1))) + 1, dtype=np.int64)
+        etp = 2 ** np.arange(0, int(np.log2(dom)) + 1, dtype=np.int64)
         etp = etp[fe % etp == 0]
         if fe < model.hidden_size:  # fine-grained experts: etp 1 only (see the docstring)
             etp = etp[:1]
