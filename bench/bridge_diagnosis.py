@@ -10,7 +10,8 @@ no output layer 1.9% / 3.1%.
 What was found since (issue 12):
 
 - Adopted (2026-12-02): the cuDNN release behind Transformer Engine's fused attention is a plan knob,
-  ``Plan.cudnn_sdpa`` (9.1 default, 9.19), and the Megatron-Bridge rows state 9.19
+  ``Plan.cudnn_sdpa`` (9.1 or 9.19, the default since 2026-12-02: today's containers; the 2024 sources'
+  conventions state 9.1), and the Megatron-Bridge rows state 9.19
   (``planner.calibration.SOURCE_CONVENTIONS``: its releases r0.1.0-r0.5.0 pin Transformer Engine 2.6+ on
   the 25.09+ PyTorch containers). NVIDIA measures cuDNN 9.19's SDPA 1.156x 9.1's on GH100 (causal, head
   dim 128, 8K, forward and backward weighted 1 : 2.5: 490.3 -> 566.9 TFLOP/s,
@@ -24,9 +25,8 @@ What was found since (issue 12):
   other unit at or below its figure before: Korthikanti 8.1%, Megatron-Bridge Blackwell 4.5%,
   Megatron-Core 8.9 -> 6.9%, Narayanan Table 1 4.6%, Table 2 5.5%, NeMo 24.07 7.6 -> 7.0%, NeMo
   AutoModel 9.7 -> 7.6%, NeMo long-sequence 4.7%, torchtitan 6.0 -> 5.9%: the floor is met (worst 9.4%).
-  ``python bench/moe_fidelity.py`` is unchanged (it builds its own plans, at the default 9.1); stating
-  9.19 for its Megatron-Bridge rows too (a one-line change there, not made) gives median 9.6 -> 9.2%,
-  p90 31.9 -> 31.9% (``--refit``: 9.5% / 32.7%). Doubtful: the 9.1x release of each container was not
+  ``python bench/moe_fidelity.py`` states 9.19 for its Megatron-Bridge rows too (2d1c004) and 9.1 for
+  the others: median 9.6 -> 9.2%, p90 31.9 -> 31.9% with the terms of the day (``--refit``: 9.5% / 32.7%). Doubtful: the 9.1x release of each container was not
   re-read (9.13-9.18 are assumed to run at 9.19's rate), the two benchmark files differ in heads (16 MHA,
   batch 2 vs Llama-3.1 64/8 GQA, batch 1), and the ~1.6x the long-sequence and Megatron-Bridge rows
   disagree by (below) is still more than the 1.156 a release explains: the 70B rows stay +8..+11%.

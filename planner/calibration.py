@@ -45,11 +45,12 @@ from plan_search.planner.costmodel.plan import Plan
 # Megatron-LM of 2021: fp16 mixed precision, no FlashAttention (2022) nor sequence parallelism
 # (Korthikanti et al. 2022), data-parallel all-reduce after the backward, fp16 gradients.
 _MEGATRON_2021 = dict(precision="fp16", flash_attention=False, sequence_parallel=False, zero=0, fp32_grads=False,
-                      overlap_grad_reduce=False, overlap_param_gather=False, overlap_tp_comm=False)
+                      overlap_grad_reduce=False, overlap_param_gather=False, overlap_tp_comm=False, cudnn_sdpa="9.1")
 # Megatron-Core era: TE FlashAttention, sequence parallelism, distributed optimizer (ZeRO-1)
-# with gradient-reduce and parameter-gather overlap, TP communication overlap.
+# with gradient-reduce and parameter-gather overlap, TP communication overlap; the TE 1.x of 2024 runs
+# cuDNN 9.1's fused attention (Plan.cudnn_sdpa; Megatron-Bridge's rows below state 9.19).
 _MEGATRON_CORE = dict(precision="bf16", flash_attention=True, sequence_parallel=True, zero=1, fp32_grads=True,
-                      overlap_grad_reduce=True, overlap_param_gather=True, overlap_tp_comm=True)
+                      overlap_grad_reduce=True, overlap_param_gather=True, overlap_tp_comm=True, cudnn_sdpa="9.1")
 # NeMo 24.07 / long-sequence tables and Megatron-Bridge: the above in FP8 (printed); assumed:
 # gradients reduced in bf16 (the performance recipes' grad_reduce_in_fp32=False).
 _NEMO_FP8 = dict(_MEGATRON_CORE, precision="fp8", fp32_grads=False)

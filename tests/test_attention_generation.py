@@ -38,8 +38,8 @@ def _attention_s(model: str, cluster) -> float:
 @pytest.mark.parametrize("system", ["h100-sxm", "h200", "h800"])
 def test_hopper_attention_at_cudnn_919_saves_its_share(system):
     cluster = get_cluster(system)
-    old = ps.estimate("llama3.1-8b", cluster, **PLAN)
-    new = ps.estimate("llama3.1-8b", cluster, cudnn_sdpa="9.19", **PLAN)
+    old = ps.estimate("llama3.1-8b", cluster, cudnn_sdpa="9.1", **PLAN)
+    new = ps.estimate("llama3.1-8b", cluster, **PLAN)  # today's release is the default
     assert old.plan.cudnn_sdpa == "9.1" and new.plan.cudnn_sdpa == "9.19"
     attn = _attention_s("llama3.1-8b", cluster)
     saved = attn * (1 - 1 / CUDNN_SDPA_SPEEDUP[1])
@@ -71,13 +71,13 @@ def test_the_architecture_not_the_name_says_hopper(tmp_path):
     assert h100.gpu.architecture == "hopper" and get_cluster("b200").gpu.architecture == "blackwell"
     saved = _attention_s("llama3.1-8b", h100) * (1 - 1 / CUDNN_SDPA_SPEEDUP[1])
     for cluster, gain in ((renamed, saved), (unknown, 0.0)):
-        old = ps.estimate("llama3.1-8b", cluster, **PLAN).time.compute_s
-        new = ps.estimate("llama3.1-8b", cluster, cudnn_sdpa="9.19", **PLAN).time.compute_s
+        old = ps.estimate("llama3.1-8b", cluster, cudnn_sdpa="9.1", **PLAN).time.compute_s
+        new = ps.estimate("llama3.1-8b", cluster, **PLAN).time.compute_s
         assert old - new == pytest.approx(gain, rel=1e-6, abs=1e-12)
     f = tmp_path / "lab.yaml"
     f.write_text("base: h100-sxm\ngpu:\n  name: our-lab-accelerator\n")
-    old = ps.estimate("llama3.1-8b", str(f), **PLAN).time.compute_s
-    assert old - ps.estimate("llama3.1-8b", str(f), cudnn_sdpa="9.19", **PLAN).time.compute_s == pytest.approx(
+    old = ps.estimate("llama3.1-8b", str(f), cudnn_sdpa="9.1", **PLAN).time.compute_s
+    assert old - ps.estimate("llama3.1-8b", str(f), **PLAN).time.compute_s == pytest.approx(
         saved, rel=1e-6)
 
 
@@ -89,8 +89,8 @@ def test_cli_cudnn_sdpa_option():
     base = ["--model", "llama3.1-8b", "--gpu", "h100", "--num-gpus", "8", "--tp", "2", "--pp", "1",
             "--global-batch", "64", "--seq-len", "8192", "--recompute", "none", "--precision", "fp8",
             "--format", "json"]
-    old = _cli(*base)
-    new = _cli(*base, "--cudnn-sdpa", "9.19")
+    old = _cli(*base, "--cudnn-sdpa", "9.1")
+    new = _cli(*base)  # the default: today's release
     assert old.exit_code == 0 and new.exit_code == 0, old.output + new.output
     t_old, t_new = json.loads(old.stdout)["step_time_s"], json.loads(new.stdout)["step_time_s"]
     api = ps.estimate("llama3.1-8b", "h100-sxm", cudnn_sdpa="9.19", **PLAN).step_time_s

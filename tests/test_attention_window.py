@@ -19,8 +19,12 @@ from plan_search.models.catalog import get_model
 from plan_search.models.spec import ModelSpec
 from plan_search.planner.costmodel import compute
 from plan_search.planner.costmodel.compute import FA_BACKWARD_RATIO
+from plan_search.planner.costmodel.plan import CUDNN_SDPA_CODES
 
 H100 = get_cluster("h100-sxm")
+#: the fused attention's rate on H100 at the Plan's default cuDNN release (compute.cudnn_sdpa_speedup)
+FA_EFF = H100.efficiency.attention_eff * compute.CUDNN_SDPA_SPEEDUP[CUDNN_SDPA_CODES[
+    ps.Plan.model_fields["cudnn_sdpa"].default]]
 A100 = get_cluster("a100-80gb")
 
 
@@ -39,7 +43,9 @@ def _attention_seconds_per_step(m: ModelSpec, plan: dict, cluster) -> float:
     """Seconds one GPU spends in FlashAttention over a step, from the counting alone."""
     tokens_per_gpu = plan["global_batch"] * plan["seq_len"] / (plan["num_gpus"] // (plan.get("tp", 1) * plan.get("pp", 1)))
     flops = tokens_per_gpu * counting.attention_flops_per_token(m, plan["seq_len"], causal=True) / plan.get("tp", 1)
-    rate = cluster.gpu.peak("bf16") * 1e12 * cluster.efficiency.attention_eff
+    release = compute.CUDNN_SDPA_SPEEDUP[CUDNN_SDPA_CODES[ps.Plan.model_fields["cudnn_sdpa"].default]]
+    rate = cluster.gpu.peak("bf16") * 1e12 * cluster.efficiency.attention_eff * (
+        release if cluster.gpu.architecture == "hopper" else 1.0)
     return flops * (1.0 + FA_BACKWARD_RATIO) / rate
 
 
@@ -61,7 +67,7 @@ def test_gpt_oss_window_saves_exactly_the_counted_attention_flops():
     # each of the 18 local layers gives that much back, per micro-batch (64 sequences over dp 8)
     rows, mbs = 4096 * 64, 8
     local = rows / 64 * counting.attention_products_flops_per_token(win, w - w * w / (2 * s)) / (
-        H100.gpu.peak("bf16") * 1e12 * H100.efficiency.attention_eff)
+        H100.gpu.peak("bf16") * 1e12 * FA_EFF)
     floor = 18 * mbs * (max(rows * compute.WINDOW_ROW_FWD_S - local, 0.0)
                         + max(rows * compute.WINDOW_ROW_BWD_S - FA_BACKWARD_RATIO * local, 0.0))
     assert 0 < floor < expected / 4
@@ -114,7 +120,7 @@ def test_chunked_attention_llama4_scout():
     tokens = 16 * 32768 / 8
     d_flops = tokens * (counting.attention_flops_per_token(full, 32768, True)
                         - counting.attention_flops_per_token(m, 32768, True))
-    rate = H100.gpu.peak("bf16") * 1e12 * H100.efficiency.attention_eff
+    rate = H100.gpu.peak("bf16") * 1e12 * FA_EFF
     d_compute = (e_full.time.compute_s - e_win.time.compute_s) + (e_full.time.recompute_s - e_win.time.recompute_s)
     assert d_compute == pytest.approx(d_flops * (2.0 + FA_BACKWARD_RATIO) / rate, rel=1e-9)
     assert counting.attention_flops_per_token(m, 32768, True) / counting.attention_flops_per_token(

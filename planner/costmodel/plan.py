@@ -193,10 +193,11 @@ class Plan(NoBoolNumbers):
     sequence_parallel: bool = Field(default=True, description="sequence parallelism with tp > 1 (Korthikanti et al. 2022)")
     flash_attention: bool = Field(default=True, description="FlashAttention kernels (no stored attention scores)")
     cudnn_sdpa: Literal["9.1", "9.19"] = Field(
-        default="9.1", description="cuDNN release behind Transformer Engine's fused attention on Hopper (H100/H200/"
-        "H800): 9.1 (2024 TE 1.x containers, the release the built-in efficiencies were fitted on) or 9.19 (TE 2.x "
-        "containers of 2025-26: 1.156x 9.1's attention rate, planner.costmodel.compute.CUDNN_SDPA_SPEEDUP); no "
-        "effect on other GPUs or outside TE kernels")
+        default="9.19", description="cuDNN release behind Transformer Engine's fused attention on Hopper (H100/H200/"
+        "H800): 9.19 (TE 2.x containers of 2025-26, today's) or 9.1 (the 2024 TE 1.x containers the H100 "
+        "efficiencies were fitted on, whose rows state it; 9.19 runs its attention faster by "
+        "planner.costmodel.compute.CUDNN_SDPA_SPEEDUP, NVIDIA's measurement); no effect on other GPUs or outside "
+        "TE kernels")
     precision: Precision = Field(
         default="bf16", description="GEMM precision recipe: bf16, fp16, fp8 (= fp8-delayed), fp8-current "
         "(per-tensor current scaling), mxfp8 (block-scaled, Blackwell), nvfp4 (Blackwell)")
