@@ -11,6 +11,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from cli_helpers import one_stderr_line
 import plan_search
 from plan_search.cli.estimate import main as estimate_main
 from plan_search.cli.search import main as search_main
@@ -20,11 +21,7 @@ from plan_search.planner.costmodel.plan import choice_fields
 MIXTRAL = ["--model", "mixtral-8x7b", "--gpu", "h100", "--gpus", "64", "--ep", "8"]
 
 
-def _one_line(result) -> str:
-    assert "Traceback" not in result.output
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, result.stderr
-    return lines[0]
+_one_line = one_stderr_line
 
 
 def test_every_choice_of_every_plan_field_in_any_case():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
+from cli_helpers import one_stderr_line
 import plan_search
 from plan_search.cli.estimate import main as estimate_main
 from plan_search.cli.search import main as search_main
@@ -15,11 +16,7 @@ from plan_search.cli.search import main as search_main
 MIXTRAL64 = ["--model", "mixtral-8x7b", "--gpu", "h100", "--gpus", "64"]
 
 
-def _one_line(result) -> str:
-    assert "Traceback" not in result.output
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, result.stderr
-    return lines[0]
+_one_line = one_stderr_line
 
 
 @pytest.mark.parametrize("args,says", [

@@ -29,6 +29,7 @@ import pytest
 from click.testing import CliRunner
 
 import plan_search
+from cli_helpers import one_stderr_line
 from plan_search.cli.estimate import main as estimate_main
 from plan_search.cli.search import main as search_main
 from plan_search.cli.sweep import main as sweep_main
@@ -38,10 +39,7 @@ from plan_search.models.io import InputError
 def _one_line(result) -> str:
     """The one stderr line of a refused command (exit 2, no traceback)."""
     assert result.exit_code == 2, (result.exit_code, result.output)
-    assert "Traceback" not in result.output
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, result.stderr
-    return lines[0]
+    return one_stderr_line(result)
 
 
 @pytest.mark.parametrize("knob, value, words", [

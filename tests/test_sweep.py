@@ -17,6 +17,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from cli_helpers import signal_mid_sweep
 from plan_search.cli.sweep import main
 from plan_search.models.io import InputError
 from plan_search.planner.costmodel.memory import DEFAULT_MEMORY_HEADROOM
@@ -272,22 +273,7 @@ def test_ctrl_c_keeps_what_finished(tmp_path, workers):
     proc = subprocess.Popen([sys.executable, "-m", "plan_search.cli.sweep", str(sweep_file), "-o", str(out), "--workers",
                              str(workers), "-q"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
-    try:
-        t0 = time.monotonic()
-        jpath = journal_path(out)
-        while time.monotonic() - t0 < 60 and proc.poll() is None:
-            if jpath.exists() and jpath.read_text().count("\n") >= 1:
-                break
-            time.sleep(0.01)
-        if proc.poll() is not None:
-            pytest.skip("the sweep finished before it could be interrupted")
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    if proc.returncode == 0:
-        pytest.skip("the sweep finished before the signal arrived")
+    _, err = signal_mid_sweep(proc, out, lambda p: os.killpg(p.pid, signal.SIGINT))
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
     assert not journal_path(out).exists()

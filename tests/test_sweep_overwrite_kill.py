@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -18,7 +17,8 @@ import yaml
 from click.testing import CliRunner
 
 from plan_search.cli.sweep import main as sweep_cli
-from plan_search.planner.sweep import journal_path, load_sweep, run_sweep
+from cli_helpers import signal_mid_sweep
+from plan_search.planner.sweep import load_sweep, run_sweep
 
 BIN = Path(sys.executable).parent
 # ~0.3-0.5 s a scenario (default GPU ranges): long enough to signal the sweep mid-run
@@ -39,22 +39,7 @@ def test_killed_overwrite_keeps_the_previous_table_then_a_full_run_replaces_it(t
 
     proc = subprocess.Popen([str(BIN / "plan-sweep"), str(tmp_path / "new.yaml"), "-o", str(out), "--overwrite",
                              "-q", "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        jpath = journal_path(out)
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 60 and proc.poll() is None:
-            if jpath.exists() and jpath.read_text().count("\n") >= 1:  # mid-run: a new scenario has finished
-                break
-            time.sleep(0.01)
-        if proc.poll() is not None:
-            pytest.skip("the sweep finished before it could be signalled")
-        proc.send_signal(signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    if proc.returncode == 0:
-        pytest.skip("the sweep finished before the signal arrived")
+    stdout, stderr = signal_mid_sweep(proc, out, lambda p: p.send_signal(signal.SIGTERM))
     assert proc.returncode == 130, stderr
     assert "wrote" not in stdout, stdout
     lines = stderr.strip().splitlines()
