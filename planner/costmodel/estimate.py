@@ -272,8 +272,7 @@ def degrees_against_model(model: ModelSpec, fields: dict) -> None:
     given = {k: fields[k] for k in ("tp", "ep", "etp")
              if isinstance(fields.get(k), int) and not isinstance(fields.get(k), bool) and fields[k] > 0}
     if given:
-        probe = Plan.model_construct(**{**{k: f.default for k, f in Plan.model_fields.items()}, **given})
-        probe.check_against(model)
+        Plan.probe(**given).check_against(model)
 
 
 def plan_for_model(model: ModelSpec, fields: dict, *, strict: bool = False) -> Plan:

@@ -300,6 +300,12 @@ class Plan(NoBoolNumbers):
         "stepping a bf16 model; its moments then bf16: set adam_moments_dtype bf16)")
 
 
+    @classmethod
+    def probe(cls, **fields) -> "Plan":
+        """A Plan of ``fields``, every other knob at its default, built without validation: a probe
+        that reads one knob's encoding or one rule (it need not be a runnable plan)."""
+        return cls.model_construct(**{**{k: f.default for k, f in cls.model_fields.items()}, **fields})
+
     @model_validator(mode="before")
     @classmethod
     def _choices(cls, data):

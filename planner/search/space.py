@@ -161,8 +161,7 @@ def valid_combinations(combos: list[dict]) -> list[dict]:
 def combo_columns(combo: dict, num_layers: int) -> dict[str, object]:
     """The PlanArrays columns (other than :data:`CORE_COLUMNS`) of a broadcast-knob combination:
     read from a probe plan through :meth:`PlanArrays.from_plans`, the one encoding of a plan."""
-    probe = Plan.model_construct(**{**{k: f.default for k, f in Plan.model_fields.items()},
-                                    "num_gpus": 1, "dp": 1, "global_batch": 1, "seq_len": 2, **combo})
+    probe = Plan.probe(**{"num_gpus": 1, "dp": 1, "global_batch": 1, "seq_len": 2, **combo})
     cols = PlanArrays.from_plans([probe], num_layers)
     return {f.name: getattr(cols, f.name)[0] for f in dc_fields(PlanArrays) if f.name not in CORE_COLUMNS}
 
