@@ -691,8 +691,19 @@ _TT_GROUPED_MM = ("pytorch/torchtitan@b5bcd76 torchtitan/models/common/moe.py an
 _DS_EXPERTS = ("deepspeedai/DeepSpeed@edaa7221 deepspeed/moe/experts.py Experts.forward (a loop over the local "
                "experts' modules)")
 
+#: How each framework routes tokens (Plan ``moe_routing``, issue 13; in :data:`MEMORY_KNOBS`): round-robin routing is
+#: a benchmark switch of NeMo AutoModel (``fake_balanced_gate``, not a framework here) and torchtitan; the others
+#: route by the gate's scores.
+_MLM_ROUTER = ("NVIDIA/Megatron-LM@d98e8a64 megatron/core/transformer/moe/router.py (moe_router_force_load_balancing: "
+               "apply_random_logits, moe_utils.py, then the top-k of those random scores)")
+_TT_ROUTER = ("pytorch/torchtitan@73a0e697 (v0.2.2) config/job_config.py Debug.moe_force_load_balance and "
+              "models/moe/moe.py _debug_force_load_balance_routing (token i to experts (i*k + j) mod E)")
+_DS_ROUTER = "deepspeedai/DeepSpeed@edaa7221 deepspeed/moe/sharded_moe.py TopKGate (top-k of the gate's logits)"
+_MCORE_ROUTING = ("Megatron-Core routes each token to the top-k of its router's scores (force balancing draws random "
+                  "scores): moe_routing topk")
+
 #: Per framework, the values of each memory knob (and of the kernel knobs act_clamp_fused, moe_grouped_gemm and
-#: yarn_rope_fused, issue 13; moe_routing is added from :data:`_ROUTING` below) it can run; the first is its default
+#: yarn_rope_fused, and moe_routing, issue 13) it can run; the first is its default
 #: where the framework is
 #: named (``with_defaults`` and the search's knobs, when the user gave none).
 MEMORY_KNOBS: dict[str, dict[str, tuple]] = {
@@ -701,18 +712,20 @@ MEMORY_KNOBS: dict[str, dict[str, tuple]] = {
     # te. Master weights fp32, or bf16 remainders under the precision-aware optimizer; never none.
     "megatron": {"cross_entropy": ("megatron", "te"), "adam_moments_dtype": ("fp32", "bf16"),
                  "master_weights": ("fp32", "bf16_remainder"), "act_fp8_input_store": (False,),
-                 "act_clamp_fused": (False,), "moe_grouped_gemm": ("loop", "fused"), "yarn_rope_fused": (False,)},
+                 "act_clamp_fused": (False,), "moe_grouped_gemm": ("loop", "fused"), "yarn_rope_fused": (False,),
+                 "moe_routing": ("topk",)},
     "nemo": {"cross_entropy": ("megatron", "te"), "adam_moments_dtype": ("fp32", "bf16"),
              "master_weights": ("fp32", "bf16_remainder"), "act_fp8_input_store": (False, True),
-             "act_clamp_fused": (False,), "moe_grouped_gemm": ("loop",)},
+             "act_clamp_fused": (False,), "moe_grouped_gemm": ("loop",), "moe_routing": ("topk",)},
     # the model code's PyTorch loss (fp32 or bf16 logits); fp32 masters and moments (bf16 optimizer states need
     # bf16 master weights, which master_weights cannot state)
     "deepspeed": {"cross_entropy": ("pytorch", "pytorch_bf16"), "adam_moments_dtype": ("fp32",),
                   "master_weights": ("fp32",), "act_fp8_input_store": (False,), "act_clamp_fused": (False, True),
-                  "moe_grouped_gemm": ("loop",)},
+                  "moe_grouped_gemm": ("loop",), "moe_routing": ("topk",)},
     # the activation clamp is the model code's: fused when the user compiles it (torch.compile)
     "torchtitan": {"cross_entropy": ("pytorch",), "adam_moments_dtype": ("fp32",), "master_weights": ("fp32",),
-                   "act_fp8_input_store": (False,), "act_clamp_fused": (False, True), "moe_grouped_gemm": ("fused",)},
+                   "act_fp8_input_store": (False,), "act_clamp_fused": (False, True), "moe_grouped_gemm": ("fused",),
+                   "moe_routing": ("topk", "round_robin")},
 }
 _MEMORY_TEXT = {
     "megatron": {"cross_entropy": ("the loss is Megatron-Core's vocab-parallel cross entropy (fp32 softmax; fused "
@@ -728,7 +741,8 @@ _MEMORY_TEXT = {
                                      "act_clamp_fused off", _MLM_CLAMP),
                  "moe_grouped_gemm": ("", _TE_FUSED_MLP),
                  "yarn_rope_fused": ("Megatron-LM turns rope fusion off for --position-embedding-type yarn "
-                                     "(GPT-OSS): yarn_rope_fused off", _MLM_YARN)},
+                                     "(GPT-OSS): yarn_rope_fused off", _MLM_YARN),
+                 "moe_routing": (_MCORE_ROUTING, _MLM_ROUTER)},
     "nemo": {"cross_entropy": ("the loss is Megatron-Core's (model.config.cross_entropy_loss_fusion, "
                                "cross_entropy_fusion_impl native|te): cross_entropy megatron or te",
                                f"{_NM} GPTConfig on {_MC}; {_MLM_CE}"),
@@ -741,7 +755,8 @@ _MEMORY_TEXT = {
                                  "act_clamp_fused off", f"{_NM} on {_MC}; {_MLM_CLAMP}"),
              "moe_grouped_gemm": ("Megatron-Core 0.16.1 (NeMo 2.7.3's) has no fused grouped MLP "
                                   "(use_transformer_engine_op_fuser arrives in core 0.18): moe_grouped_gemm loop",
-                                  f"{_NM} on {_MC}; {_TE_FUSED_MLP}")},
+                                  f"{_NM} on {_MC}; {_TE_FUSED_MLP}"),
+             "moe_routing": (_MCORE_ROUTING, f"{_NM} on {_MC}; {_MLM_ROUTER}")},
     "deepspeed": {"cross_entropy": ("the loss is the model code's PyTorch cross entropy (the config has no loss "
                                     "setting; Megatron's and TE's vocab-parallel losses come with Megatron-DeepSpeed's "
                                     "model code): cross_entropy pytorch or pytorch_bf16", _DS_PREC),
@@ -753,7 +768,9 @@ _MEMORY_TEXT = {
                   "act_fp8_input_store": ("no FP8 activation store (FP8 would be the model code's)", _DS_PREC),
                   "act_clamp_fused": ("", _DS_PREC),
                   "moe_grouped_gemm": ("DeepSpeed-MoE runs its local experts as separate modules, one GEMM each: "
-                                       "moe_grouped_gemm loop", _DS_EXPERTS)},
+                                       "moe_grouped_gemm loop", _DS_EXPERTS),
+                  "moe_routing": ("DeepSpeed-MoE's gate routes each token to the top-k of its scores: moe_routing "
+                                  "topk", _DS_ROUTER)},
     "torchtitan": {"cross_entropy": ("the loss is torch cross_entropy on fp32 logits (pred.float()): "
                                      "cross_entropy pytorch", _TT_LOSS),
                    "adam_moments_dtype": ("the optimizer's states take the fp32 parameters' dtype: "
@@ -762,29 +779,9 @@ _MEMORY_TEXT = {
                    "act_fp8_input_store": ("no FP8 activation store: act_fp8_input_store off", _TT_LOSS),
                    "act_clamp_fused": ("", _TT_LOSS),
                    "moe_grouped_gemm": ("torchtitan runs a MoE layer's local experts as one torch._grouped_mm: "
-                                        "moe_grouped_gemm fused", _TT_GROUPED_MM)},
+                                        "moe_grouped_gemm fused", _TT_GROUPED_MM),
+                   "moe_routing": ("", _TT_ROUTER)},
 }
-
-
-#: How each framework routes tokens (Plan ``moe_routing``, issue 13): round-robin routing is a benchmark switch of
-#: NeMo AutoModel (``fake_balanced_gate``, not a framework here) and torchtitan; the others route by the gate's scores.
-_MLM_ROUTER = ("NVIDIA/Megatron-LM@d98e8a64 megatron/core/transformer/moe/router.py (moe_router_force_load_balancing: "
-               "apply_random_logits, moe_utils.py, then the top-k of those random scores)")
-_TT_ROUTER = ("pytorch/torchtitan@73a0e697 (v0.2.2) config/job_config.py Debug.moe_force_load_balance and "
-              "models/moe/moe.py _debug_force_load_balance_routing (token i to experts (i*k + j) mod E)")
-_DS_ROUTER = "deepspeedai/DeepSpeed@edaa7221 deepspeed/moe/sharded_moe.py TopKGate (top-k of the gate's logits)"
-_MCORE_ROUTING = ("Megatron-Core routes each token to the top-k of its router's scores (force balancing draws random "
-                  "scores): moe_routing topk")
-_ROUTING = {
-    "megatron": (("topk",), (_MCORE_ROUTING, _MLM_ROUTER)),
-    "nemo": (("topk",), (_MCORE_ROUTING, f"{_NM} on {_MC}; {_MLM_ROUTER}")),
-    "deepspeed": (("topk",), ("DeepSpeed-MoE's gate routes each token to the top-k of its scores: moe_routing topk",
-                              _DS_ROUTER)),
-    "torchtitan": (("topk", "round_robin"), ("", _TT_ROUTER)),
-}
-for _fw, (_values, _text) in _ROUTING.items():
-    MEMORY_KNOBS[_fw]["moe_routing"] = _values
-    _MEMORY_TEXT[_fw]["moe_routing"] = _text
 
 
 def _onoff(v) -> str:
