@@ -1031,15 +1031,20 @@ def _expert_group_problem(model, systems: list[System], request, counts: list[in
     except InputError:
         return None
     dps = np.unique(np.concatenate([_divisors(int(b)) for b in gbs]))
-    groups = np.unique((tps[:, None, None] * cps[None, :, None] * dps[None, None, :]).ravel())
-    stage = np.isin(groups[:, None] * pps[None, :], np.asarray(counts, dtype=np.int64)).any(axis=1)
-    groups = groups[stage]
+    asked = np.asarray(counts, dtype=np.int64)
+
+    def formable(cp_values) -> np.ndarray:
+        """The tp*cp*dp groups of these cp values that some pp makes a GPU count asked."""
+        g = np.unique((tps[:, None, None] * np.asarray(cp_values)[None, :, None] * dps[None, None, :]).ravel())
+        return g[np.isin(g[:, None] * pps[None, :], asked).any(axis=1)]
+
+    groups = formable(cps)
     if not groups.size:
         return None
     eps, etps = list(knobs.ep or [1]), list(knobs.etp or [1])
 
-    def fits(e: int, t: int) -> bool:
-        return bool((groups % (e * t) == 0).any())
+    def fits(e: int, t: int, among=None) -> bool:
+        return bool(((groups if among is None else among) % (e * t) == 0).any())
 
     if any(fits(e, t) for e in eps for t in etps):
         return None
@@ -1057,9 +1062,8 @@ def _expert_group_problem(model, systems: list[System], request, counts: list[in
     if not knobs.cp:  # a wider cp than the default domain's (seq_len / MIN_CP_TOKENS) may form the group
         wider = [c for c in (2 ** np.arange(1, 11)).tolist() if c not in cps.tolist() and seq % (2 * c) == 0]
         for c in wider:
-            g = np.unique((tps[:, None] * c * dps[None, :]).ravel())
-            g = g[np.isin(g[:, None] * pps[None, :], np.asarray(counts, dtype=np.int64)).any(axis=1)]
-            if any((g % (e2 * t2) == 0).any() for e2 in eps for t2 in etps):
+            g = formable([c])
+            if any(fits(e2, t2, g) for e2 in eps for t2 in etps):
                 more = f", or --cp {c}"
                 break
     return (f"{field}: etp*ep = {t}*{e} = {t * e} divides no pipeline stage's tp*cp*dp GPUs this space can form "
