@@ -62,7 +62,11 @@ def test_round_robin_keeps_a_deepseek_token_in_one_node():
 
 def test_round_robin_is_balanced_whatever_moe_imbalance_says():
     a = ps.estimate("qwen3-30b-a3b", H100, moe_routing="round_robin", **QWEN)
-    b = ps.estimate("qwen3-30b-a3b", H100, moe_routing="round_robin", **{**QWEN, "moe_imbalance": 1.2})
+    # an imbalance given with round_robin is refused (issue 13: it was ignored); left unset, the plan prices 1
+    with pytest.raises(InputError, match="moe_imbalance: 1.2 with moe_routing round_robin"):
+        ps.estimate("qwen3-30b-a3b", H100, moe_routing="round_robin", **{**QWEN, "moe_imbalance": 1.2})
+    b = ps.estimate("qwen3-30b-a3b", H100, moe_routing="round_robin", **{k: v for k, v in QWEN.items()
+                                                                         if k != "moe_imbalance"})
     c = ps.estimate("qwen3-30b-a3b", H100, moe_routing="topk", **{**QWEN, "moe_imbalance": 1.2})
     assert a.step_time_s == b.step_time_s
     assert c.step_time_s > ps.estimate("qwen3-30b-a3b", H100, moe_routing="topk", **QWEN).step_time_s

@@ -173,6 +173,18 @@ def expert_grid_problem(ep: int, etp: int, gpus: int, where: str, more: str) -> 
             f"regroup as etp x ep x edp; {fix}, {more}")
 
 
+def routing_imbalance_problem(routing: str, imbalance: float) -> str | None:
+    """Why ``moe_imbalance`` cannot be given with ``moe_routing`` (one line naming both and the fix), or
+    None: round-robin routing gives every expert the same rows, so an imbalance other than 1 would be
+    ignored. The one statement of the rule: :class:`Plan` (an imbalance its user set) and the search's
+    knobs (a set of routings and imbalances: plan-search, requests, sweeps) both give it."""
+    if routing != "round_robin" or imbalance == 1.0:
+        return None
+    return (f"moe_imbalance: {imbalance:g} with moe_routing round_robin, which is balanced by construction (every "
+            "expert the same rows, so the imbalance would be ignored); drop moe_imbalance (or set it to 1), or use "
+            "moe_routing topk")
+
+
 class Plan(NoBoolNumbers):
     """A parallel execution plan; validates its own arithmetic on construction."""
 
@@ -234,7 +246,7 @@ class Plan(NoBoolNumbers):
         default="topk", description="how tokens pick their experts: topk (the router's top-k of its scores; "
         "Megatron's force balancing draws random scores, so each token's k experts are spread uniformly) or "
         "round_robin (token i takes experts (i*k + j) mod E, j < k: k consecutive experts, every expert the same "
-        "rows, moe_imbalance taken as 1.0; NeMo AutoModel's fake_balanced_gate, torchtitan's "
+        "rows: moe_imbalance 1, another is refused; NeMo AutoModel's fake_balanced_gate, torchtitan's "
         "debug.moe_force_load_balance): a token then reaches ~k/(E/ep) expert-parallel ranks and one NVLink domain")
     pp_schedule: Literal["1f1b", "dualpipe"] = Field(
         default="1f1b", description="pipeline schedule: 1f1b (interleaved when vpp > 1) or dualpipe (DeepSeek-V3's "
@@ -370,6 +382,10 @@ class Plan(NoBoolNumbers):
             )
         if self.grad_bf16_copy and not self.fp32_grads:
             raise ValueError("grad_bf16_copy: a bf16 copy beside an fp32 accumulator needs fp32_grads on")
+        if self.moe_routing == "round_robin" and self.moe_imbalance != 1.0:
+            if "moe_imbalance" in self.model_fields_set:
+                raise ValueError(routing_imbalance_problem(self.moe_routing, self.moe_imbalance))
+            object.__setattr__(self, "moe_imbalance", 1.0)  # what it prices (experts.py): dumps and rebuilds say so
         if self.master_weights == "bf16_remainder" and self.precision == "fp16":
             raise ValueError("master_weights: bf16_remainder keeps the low 16 bits of bf16 weights (Megatron-Core "
                              "store_param_remainders); with precision fp16 use master_weights fp32")

@@ -23,7 +23,7 @@ from plan_search.models.io import NoBoolNumbers, parse_token_count
 from plan_search.planner.costmodel.estimate import Estimate
 from plan_search.planner.costmodel.memory import DEFAULT_MEMORY_HEADROOM
 from plan_search.planner.costmodel.knobs import broadcast_knobs, knob_specs
-from plan_search.planner.costmodel.plan import Plan, canonical_choices
+from plan_search.planner.costmodel.plan import Plan, canonical_choices, routing_imbalance_problem
 
 Objective = Literal["balanced", "fastest", "cheapest", "fewest-gpus", "least-energy", "best-mfu"]
 OBJECTIVES: tuple[str, ...] = ("balanced", "fastest", "cheapest", "fewest-gpus", "least-energy", "best-mfu")
@@ -254,6 +254,10 @@ class _EnumeratedKnobs(_Strict):
             if self.vpp and 1 not in self.vpp:
                 raise ValueError(f"pp_schedule: dualpipe needs vpp 1 (got vpp {self.vpp}); "
                                  "add vpp 1 or use pp_schedule 1f1b")
+        for imbalance in getattr(self, "moe_imbalance", None) or []:  # given: a set crossing round_robin too
+            for routing in getattr(self, "moe_routing", None) or []:
+                if routing_imbalance_problem(routing, imbalance):
+                    raise ValueError(routing_imbalance_problem(routing, imbalance))
         for name in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
             if True in (getattr(self, name, None) or []):  # the space sets them per row (space.Space.plan)
                 raise ValueError(f"{name}: plan-search enumerates the pipeline splits itself (Megatron's accounted "
@@ -310,7 +314,10 @@ def knob_combinations(knobs) -> list[dict]:
     """Every combination of the broadcast knobs' values, in a fixed order (the first is the
     combination of the first values)."""
     names = [k.name for k in broadcast_knobs()]
-    return [dict(zip(names, combo)) for combo in itertools.product(*(knob_values(knobs, n) for n in names))]
+    out = [dict(zip(names, combo)) for combo in itertools.product(*(knob_values(knobs, n) for n in names))]
+    if getattr(knobs, "moe_imbalance", None) is None:  # not given: a round-robin plan's is 1 (Plan rule)
+        out = [dict(c, moe_imbalance=1.0) if c.get("moe_routing") == "round_robin" else c for c in out]
+    return out
 
 
 #: Every Plan knob's name: a request accepts each at its top level too (moved into ``knobs``).
