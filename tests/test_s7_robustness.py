@@ -5,6 +5,9 @@ and the public API (each case fails on the code before its fix):
   construction, so the imbalance was silently ignored; now one line naming both fields and the fix, from the
   one rule (``plan.routing_imbalance_problem``) that Plan (plan-estimate, ``plan_search.estimate``) and the
   search's knobs (plan-search, requests, sweeps) both give. A round-robin plan says the imbalance it prices (1).
+- ``plan-search --framework megatron --moe-grouped-gemm fused`` without an MXFP8/NVFP4 recipe on Blackwell ran
+  its whole time limit and ended infeasible (exit 3); now refused up front with the rule, as plan-estimate
+  refuses it (``rules.refuse_up_front``).
 """
 
 from __future__ import annotations
@@ -87,3 +90,34 @@ def test_a_round_robin_plan_says_the_imbalance_it_prices():
     res = ps.search(model="qwen3-30b-a3b", gpu=H100, gpus=[16], framework="torchtitan",
                     knobs={"moe_routing": "round_robin"})
     assert res.front and {(p.plan.moe_routing, p.plan.moe_imbalance) for p in res.front} == {("round_robin", 1.0)}
+
+
+# ------------------------------------------------------------------ megatron's fused grouped MLP, up front
+
+
+FUSED_RULE = ("error: megatron: megatron-moe-fused-grouped-mlp: the fused grouped MLP (moe_grouped_gemm fused) is "
+              "Transformer Engine's CuTe-DSL kernel: an MXFP8 or NVFP4 recipe on Blackwell (sm100), etp 1 and a "
+              "gated SiLU or quick-GELU expert MLP ")
+
+
+@pytest.mark.parametrize("extra, detail", [
+    ([], "(moe_grouped_gemm fused with precision bf16 (use mxfp8 or nvfp4, or moe_grouped_gemm loop))"),
+    (["--precision", "mxfp8", "--etp", "2"], "(moe_grouped_gemm fused with etp 2 (use etp 1, or moe_grouped_gemm "
+                                             "loop))"),
+])
+def test_megatron_fused_grouped_mlp_is_refused_before_the_search(extra, detail):
+    args = ["--model", "qwen3-30b-a3b", "--gpu", "b200", "--framework", "megatron", "--moe-grouped-gemm", "fused"]
+    r = CliRunner().invoke(search_main, args + extra)  # was: the whole time limit, then 'infeasible', exit 3
+    assert _refused(r) == FUSED_RULE + detail
+    r = CliRunner().invoke(estimate_main, args + ["--num-gpus", "8", "--ep", "4"] + extra)
+    assert _refused(r) == FUSED_RULE + detail
+
+
+def test_fused_grouped_mlp_refusal_through_the_api_and_what_still_searches():
+    with pytest.raises(InputError, match="^megatron: megatron-moe-fused-grouped-mlp: .* on H100-SXM5-80GB"):
+        ps.search(model="qwen3-30b-a3b", gpu=H100, framework="megatron",
+                  knobs={"moe_grouped_gemm": "fused", "precision": "mxfp8"})
+    # one GPU type or recipe that runs it is enough: the search filters the rest plan by plan
+    res = ps.search(model="qwen3-30b-a3b", gpu="b200", gpus=[8], framework="megatron",
+                    knobs={"moe_grouped_gemm": "fused", "precision": ["bf16", "mxfp8"]})
+    assert res.front and {(p.plan.moe_grouped_gemm, p.plan.precision) for p in res.front} == {("fused", "mxfp8")}

@@ -935,6 +935,33 @@ def require(framework: str, plan: Plan, model: ModelSpec, cluster=None, given=()
     return normalize(fw, plan, model.num_layers)
 
 
+#: Rules that read nothing a search enumerates but ``etp`` (only the plan's broadcast knobs, the model and the GPU),
+#: so a search can test them before it enumerates (:func:`refuse_up_front`).
+UP_FRONT_RULES = ("megatron-moe-fused-grouped-mlp", "nemo-moe-fused-grouped-mlp")
+
+
+def refuse_up_front(framework: str, combos, model: ModelSpec, clusters, etp: int = 1) -> None:
+    """:class:`InputError` ``framework: rule-id: text (detail)``, as :func:`require` words it, when every
+    broadcast-knob combination of a search (``combos``, dicts of Plan knobs) on every GPU type of ``clusters``
+    breaks one of :data:`UP_FRONT_RULES` at the narrowest ``etp`` the search may use: ``plan-search --framework
+    megatron --moe-grouped-gemm fused`` in bf16 is refused before the search runs, not reported infeasible after
+    its whole time limit. Nothing when some combination passes (the search filters the others plan by plan)."""
+    fw = _known(framework)
+    rules_ = [r for r in RULES[fw] if r.id in UP_FRONT_RULES]
+    if not rules_:
+        return
+    first = None
+    for combo in combos:
+        p = Plan.probe(**{**combo, "etp": etp})
+        for c in clusters:
+            bad = next((Violation(r, d) for r in rules_ if (d := r.test(p, model, c))), None)
+            if bad is None:
+                return
+            first = first or bad
+    if first is not None:
+        raise InputError(f"{fw}: {first}")
+
+
 # ------------------------------------------------------------------ normalize / conform
 
 

@@ -88,6 +88,7 @@ from plan_search.planner.search.request import (
     ResolvedInputs,
     SearchRequest,
     SearchResult,
+    knob_combinations,
     knob_values,
     SearchStats,
 )
@@ -1509,6 +1510,10 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
     eval_share = FRAMEWORK_EVAL_SHARE if req.framework else 1.0
     eval_deadline = t0 + eval_share * WORK_SHARE * req.time_limit_s
     model, clusters, gbs, seq = resolve_inputs(req, model)
+    if req.framework:  # a knob every plan breaks a rule with: refused now, as plan-estimate refuses it
+        from plan_search.planner.frameworks.rules import refuse_up_front
+
+        refuse_up_front(req.framework, knob_combinations(req.knobs), model, clusters, min(req.knobs.etp or [1]))
     systems: list[System] = []
     t_enum = t_eval = 0.0
     cut = None  # what stopped a default GPU range short (time_limit, max_candidates), if anything
