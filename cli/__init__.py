@@ -6,13 +6,15 @@ Ctrl-C, SIGTERM or SIGHUP in that window would print Python's KeyboardInterrupt 
 kill it mid-import), so until the command's own handling takes over (``cli.common._OneLine.main``
 restores the defaults first) such a signal ends the process with the command's interrupted exit:
 one ``interrupted`` line and 130. Only a console script gets this: importing the package from a
-program changes no signal handler.
+program changes no signal handler. The handler is set through ``_signal``, the interpreter's own
+module (loaded before any code of ours runs), not ``signal``: importing that builds its enums, the
+longest part of the window the handler is there to close.
 """
 
 from __future__ import annotations
 
 import os as _os
-import signal as _signal
+import _signal  # not signal: see the module docstring
 import sys as _sys
 
 _STARTUP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")

@@ -161,10 +161,10 @@ class _OneLine:
             return super().main(*args, standalone_mode=False, **kwargs)
         from plan_search.cli import restore_startup_signals
 
-        restore_startup_signals()  # the start-up handler (cli/__init__.py) hands over to ours
-        _skip_exit_collection()
-        _term_as_interrupt()
-        try:
+        try:  # an interrupt while the handlers change hands is the command's too (one line, 130)
+            restore_startup_signals()  # the start-up handler (cli/__init__.py) hands over to ours
+            _skip_exit_collection()
+            _term_as_interrupt()
             rv = super().main(*args, standalone_mode=False, **kwargs)
         except click.ClickException as exc:
             click.echo(f"error: {click_error_line(exc)}", err=True)
