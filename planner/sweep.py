@@ -46,6 +46,7 @@ output never depends on the order of completion.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -845,6 +846,31 @@ def _start_resource_tracker_ignoring_hup() -> None:
         signal.signal(signal.SIGHUP, old)
 
 
+@contextlib.contextmanager
+def _interrupts_deferred():
+    """Hold Ctrl-C, SIGTERM and SIGHUP (the command's interrupts) until the block ends, then raise the
+    KeyboardInterrupt: starting a spawned worker is one step (the child runs, then reads its
+    preparation data from the parent), and an interrupt between the two left the child reading an
+    empty pipe and printing multiprocessing's EOFError traceback under the command's one line. Only
+    the Python-level handlers change (a spawned child starts with the defaults), main thread only."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    names = [n for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n)]
+    old = {n: signal.signal(getattr(signal, n), lambda signum, frame: caught.append(signum)) for n in names}
+    try:
+        yield
+    finally:
+        for n, h in old.items():
+            signal.signal(getattr(signal, n), h)
+    if caught:
+        raise KeyboardInterrupt(f"signal {caught[0]}")
+
+
 def _local(todo: list[Scenario], workers: int) -> Iterator[dict]:
     if workers <= 1:
         import signal
@@ -872,7 +898,8 @@ def _local(todo: list[Scenario], workers: int) -> Iterator[dict]:
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),))
     finished = False
     try:
-        pending = {pool.submit(run_scenario, s.index, s.request.model_dump(mode="json")) for s in todo}
+        with _interrupts_deferred():  # submit starts the workers: each gets its data before an interrupt ends it
+            pending = {pool.submit(run_scenario, s.index, s.request.model_dump(mode="json")) for s in todo}
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for f in done:

@@ -25,8 +25,9 @@ pytestmark = pytest.mark.skipif(os.name != "posix" or not hasattr(os, "kill"),
                                 reason="needs POSIX signals sent to a process by itself")
 
 #: The wrapper: run the console script as its own ``__main__`` (sys.argv[0] its path, so it is treated as the
-#: console script) and send SIGINT at the first lookup of module ``target`` (kind ``import``) or the first call
-#: of a function named ``target`` (kind ``call``).
+#: console script) and send SIGINT at the first lookup of module ``target`` (kind ``import``), the first call
+#: of a function named ``target`` (kind ``call``) or its first return (kind ``return``); ``f@g``: the
+#: function ``f`` called from ``g``.
 WRAPPER = r"""
 import os, sys, _signal
 script, target, kind = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -44,10 +45,22 @@ if kind == "import":
             return None
     sys.meta_path.insert(0, Trigger())
 else:
-    def tracer(frame, event, arg):
-        if event == "call" and frame.f_code.co_name == target:
+    def on_return(frame, event, arg):
+        if event == "return":
             sys.settrace(None)
             fire()
+        return on_return
+
+    name, _, caller = target.partition("@")  # "f@g": f called from g
+
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == name and (
+                not caller or frame.f_back.f_code.co_name == caller):
+            if kind == "call":
+                sys.settrace(None)
+                fire()
+                return None
+            return on_return
         return None
     sys.settrace(tracer)
 with open(script) as f:
@@ -81,3 +94,17 @@ def test_an_interrupt_during_start_up_is_one_line_and_130(command, target, kind)
     r = _interrupt_at(command, target, kind, ESTIMATE if command == "plan-estimate" else ESTIMATE[:4])
     assert r.stderr == "interrupted\n", r.stderr[-2000:]
     assert r.returncode == 130 and r.stdout == ""
+
+
+def test_an_interrupt_while_plan_sweep_starts_a_worker_leaves_no_worker_traceback(tmp_path):
+    """The interrupt lands just after a spawned worker was started and before it got its preparation data
+    (``multiprocessing.util.spawnv_passfds`` returned to ``popen_spawn_posix.Popen._launch``): the worker read an empty pipe and printed
+    multiprocessing's EOFError traceback beside the command's line (planner/sweep.py starts its workers with
+    the interrupts held: ``_interrupts_deferred``)."""
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text("base: {model: megatron-gpt-1.7b, gpu: a100-80gb, tokens: 10B}\nsweep: {gpus: [8, 16]}\n")
+    out = tmp_path / "s.csv"
+    r = _interrupt_at("plan-sweep", "spawnv_passfds@_launch", "return", [str(sweep), "-o", str(out), "-q", "--workers", "2"])
+    assert r.returncode == 130 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("interrupted: 0 of 2 scenarios kept in "), lines
