@@ -121,3 +121,26 @@ def test_fused_grouped_mlp_refusal_through_the_api_and_what_still_searches():
     res = ps.search(model="qwen3-30b-a3b", gpu="b200", gpus=[8], framework="megatron",
                     knobs={"moe_grouped_gemm": "fused", "precision": ["bf16", "mxfp8"]})
     assert res.front and {(p.plan.moe_grouped_gemm, p.plan.precision) for p in res.front} == {("fused", "mxfp8")}
+
+
+# ------------------------------------------------------------------ which rule a framework refusal names first
+# rules.require names first a rule whose detail starts with a knob the user set; these details started with
+# something else ('dispatcher flex', 'account_for_*_in_pipeline_split', the GPU's name), so a rule left at a
+# default was named instead, the user's knob hidden in '[+N more]'
+
+
+@pytest.mark.parametrize("args, rule, detail", [
+    (["--model", "qwen3-30b-a3b", "--num-gpus", "16", "--ep", "8", "--framework", "deepspeed",
+      "--moe-dispatcher", "flex"], "deepspeed-moe-dispatch", "(moe_dispatcher flex) [+2 more]"),  # was deepspeed-recompute
+    (["--model", "llama3.1-8b", "--num-gpus", "16", "--pp", "2", "--framework", "torchtitan",
+      "--account-for-loss-in-pipeline-split", "--account-for-embedding-in-pipeline-split"],
+     "torchtitan-split-accounting",  # was torchtitan-zero12
+     "(account_for_embedding_in_pipeline_split on, account_for_loss_in_pipeline_split on) [+2 more]"),
+    (["--model", "llama3.1-8b", "--num-gpus", "16", "--framework", "torchtitan",
+      "--gpu", "a100-80gb", "--precision", "fp8"], "torchtitan-fp8-gpu",  # was torchtitan-zero12
+     "(precision fp8 on A100-SXM4-80GB, which has no tensor cores for it) [+2 more]"),
+])
+def test_a_framework_refusal_names_the_rule_about_the_knob_given(args, rule, detail):
+    r = CliRunner().invoke(estimate_main, (["--gpu", H100] if "--gpu" not in args else []) + args)
+    line = _refused(r)
+    assert line.startswith(f"error: {args[args.index('--framework') + 1]}: {rule}: ") and line.endswith(detail), line

@@ -113,6 +113,13 @@ class Violation:
         return f"{self.rule.id}: {self.rule.text} ({self.detail})"
 
 
+def _named(*parts: tuple[str, bool]) -> Optional[str]:
+    """A rule's detail naming the knobs at fault, each as ``knob value``: :func:`require` reads a detail's
+    first word as the knob the rule is about (a detail led by anything else was never ranked by the knob
+    its caller set)."""
+    return ", ".join(text for text, bad in parts if bad) or None
+
+
 def _uneven(p: Plan) -> bool:
     return p.pp > 1 and (p.first_stage_layers is not None or p.last_stage_layers is not None)
 
@@ -126,7 +133,7 @@ def _fp8_gpu(p: Plan, cluster) -> Optional[str]:
     from plan_search.planner.costmodel.compute import supports_precision  # issue 12: every recipe
 
     if cluster is not None and not supports_precision(cluster, p.precision):
-        return f"{cluster.gpu.name} has no tensor cores for {p.precision}"
+        return f"precision {p.precision} on {cluster.gpu.name}, which has no tensor cores for it"
     return None
 
 
@@ -259,9 +266,9 @@ def _ds_zero0_grads(p: Plan, m, c) -> Optional[str]:
         return None
     bf16_optimizer = p.pp > 1 and p.precision != "fp16"
     if bf16_optimizer and not p.fp32_grads:
-        return "the pipeline engine's BF16 optimizer accumulates gradients in fp32; set fp32_grads on"
+        return "fp32_grads off: the pipeline engine's BF16 optimizer accumulates gradients in fp32; set it on"
     if not bf16_optimizer and p.fp32_grads:
-        return "without ZeRO gradients accumulate in the model dtype; set fp32_grads off"
+        return "fp32_grads on: without ZeRO gradients accumulate in the model dtype; set it off"
     return None
 
 
@@ -435,8 +442,9 @@ _TT_RULES = [
          if p.vpp > 1 and p.grad_accum % max(1, p.grad_accum // p.pp) else None),
     Rule("torchtitan-overlap", "torchtitan", "FSDP2 and DDP always overlap their communication with compute",
          f"{_TT} models/llama3/infra/parallelize.py (fully_shard prefetch, replicate buckets)",
-         lambda p, m, c: "an overlap off" if p.dp > 1 and (not p.overlap_grad_reduce or (
-             p.zero == 3 and not p.overlap_param_gather)) else None),
+         lambda p, m, c: _named(("overlap_grad_reduce off", not p.overlap_grad_reduce),
+                                ("overlap_param_gather off", p.zero == 3 and not p.overlap_param_gather))
+         if p.dp > 1 else None),
     Rule("torchtitan-fp8-gpu", "torchtitan", "float8 training needs a GPU with FP8 tensor cores (SM89+)",
          f"{_TT} components/quantization/float8.py", lambda p, m, c: _fp8_gpu(p, c)),
 ]
@@ -545,8 +553,8 @@ _DS_MOE_RULES = [
     Rule("deepspeed-moe-dispatch", "deepspeed", "tokens are dispatched by one blocking all-to-all "
          "(_AllToAll): no allgather or flex dispatcher, no dispatch overlap",
          f"{_DS_MOE} deepspeed/moe/sharded_moe.py MOELayer.forward",
-         lambda p, m, c: f"dispatcher {p.moe_dispatcher}, overlap {p.moe_overlap}"
-         if m.is_moe and (p.moe_dispatcher != "alltoall" or p.moe_overlap) else None),
+         lambda p, m, c: _named((f"moe_dispatcher {p.moe_dispatcher}", p.moe_dispatcher != "alltoall"),
+                                ("moe_overlap on", p.moe_overlap)) if m.is_moe else None),
 ]
 
 
@@ -572,9 +580,9 @@ _TT_MOE_RULES = [
          "schedule, which the plan does not price",
          f"{_TT_MOE} config/job_config.py Parallelism.expert_parallel_comm_backend, "
          "pipeline_parallel_expert_parallel_overlap",
-         lambda p, m, c: f"dispatcher {p.moe_dispatcher}, ep {p.ep}, overlap {p.moe_overlap}"
-         if m.is_moe and (p.moe_dispatcher == "allgather" or p.moe_overlap
-                          or (p.moe_dispatcher == "flex" and p.ep == 1)) else None),
+         lambda p, m, c: _named(("moe_dispatcher allgather", p.moe_dispatcher == "allgather"),
+                                ("moe_dispatcher flex with ep 1", p.moe_dispatcher == "flex" and p.ep == 1),
+                                ("moe_overlap on", p.moe_overlap)) if m.is_moe else None),
 ]
 
 
@@ -633,8 +641,10 @@ def _dp_rules(fw: str) -> list[Rule]:
                      lambda p, m, c: f"dp_shard {p.dp_shard}" if p.dp_shard is not None else None))
         out.append(R("split-accounting", "PipelineModule cannot count the embedding/loss as layers",
                      f"{_DS} runtime/pipe/module.py _partition_layers",
-                     lambda p, m, c: "account_for_*_in_pipeline_split" if p.pp > 1 and (
-                         p.account_for_embedding_in_pipeline_split or p.account_for_loss_in_pipeline_split) else None))
+                     lambda p, m, c: _named(
+                         ("account_for_embedding_in_pipeline_split on", p.account_for_embedding_in_pipeline_split),
+                         ("account_for_loss_in_pipeline_split on", p.account_for_loss_in_pipeline_split))
+                     if p.pp > 1 else None))
         out.append(R("reshard", "ZeRO-3 releases gathered parameters after use (stage3_max_reuse_distance aside): "
                      "reshard_after_forward on", f"{_DS} runtime/zero/partitioned_param_coordinator.py",
                      lambda p, m, c: "reshard_after_forward off" if p.zero == 3 and not p.reshard_after_forward
@@ -647,8 +657,10 @@ def _dp_rules(fw: str) -> list[Rule]:
         out.append(R("split-accounting", "the pipeline split's input/output weights are first/last_stage_less_layers, "
                      "not Megatron's accounting flags: give the split as first/last_stage_layers",
                      f"{_TT} distributed/pipeline_parallel.py",
-                     lambda p, m, c: "account_for_*_in_pipeline_split" if p.pp > 1 and (
-                         p.account_for_embedding_in_pipeline_split or p.account_for_loss_in_pipeline_split) else None))
+                     lambda p, m, c: _named(
+                         ("account_for_embedding_in_pipeline_split on", p.account_for_embedding_in_pipeline_split),
+                         ("account_for_loss_in_pipeline_split on", p.account_for_loss_in_pipeline_split))
+                     if p.pp > 1 else None))
     return out
 
 
