@@ -131,7 +131,8 @@ def test_fused_grouped_mlp_refusal_through_the_api_and_what_still_searches():
 
 @pytest.mark.parametrize("args, rule, detail", [
     (["--model", "qwen3-30b-a3b", "--num-gpus", "16", "--ep", "8", "--framework", "deepspeed",
-      "--moe-dispatcher", "flex"], "deepspeed-moe-dispatch", "(moe_dispatcher flex) [+2 more]"),  # was deepspeed-recompute
+      "--moe-dispatcher", "flex"], "deepspeed-moe-dispatch",  # was deepspeed-recompute
+     "(moe_dispatcher flex) [+2 more]"),
     (["--model", "llama3.1-8b", "--num-gpus", "16", "--pp", "2", "--framework", "torchtitan",
       "--account-for-loss-in-pipeline-split", "--account-for-embedding-in-pipeline-split"],
      "torchtitan-split-accounting",  # was torchtitan-zero12
