@@ -291,6 +291,8 @@ def memory_settings(group: str, model_key: str, rec: dict | None, precision: str
     if group == "nemo-automodel":
         out.update(fp32_grads=False, master_weights="none", adam_moments_dtype="bf16",
                    cross_entropy="pytorch_bf16")
+    if rec and rec.get("token_drop"):  # apply_moe_token_drop pads every expert to its capacity
+        out["moe_pad_to_capacity"] = True
     out.update({k: rec[k] for k in RECIPE_PLAN_FIELDS if rec and k in rec})
     return out
 
@@ -371,7 +373,7 @@ def _row_candidates(row: dict, model: ModelSpec, group: str, gpu: str, n: int, m
         assumed.append("recompute")
     zero = 3 if group == "nemo-automodel" or re.search(r"FSDP On", notes) else 1
     precision = PRECISION[(row.get("precision") or "bf16").strip().lower()]
-    balanced = group in ("megatron-bridge", "nemo-automodel") or bool(
+    balanced = group in ("megatron-bridge", "nemo-automodel") or bool((rec or {}).get("balanced")) or bool(
         re.search(r"force[ds]?[ -]balanc|forced balance|balanced gate", notes, re.I))
     flex = bool(re.search(r"DeepEP|HybridEP|\bflex\b", notes)) or group == "deepseek-v3"
     if re.search(r"dispatcher A2A|alltoall dispatcher", notes):
@@ -442,6 +444,8 @@ def load_moe_runs(verbose: bool = True) -> tuple[list[MoERun], list[tuple[str, s
         rec = recipe_for(row)
         if rec and rec.get("mtp_layers") is not None and rec["mtp_layers"] != model.mtp_num_layers:
             model = model.model_copy(update={"mtp_num_layers": rec["mtp_layers"]})  # the recipe's MTP depth
+        if rec and rec.get("token_drop"):  # apply_moe_token_drop: capacity factor 1.0, padded (moe_recipes.yaml)
+            model = model.model_copy(update={"moe_capacity_factor": 1.0})
         try:
             gpu = _gpu_for(row)
         except InputError:
@@ -611,14 +615,14 @@ _GROUPS: dict = {}
 
 
 def _grouped(runs):
-    """Runs of one (model, GPU, MTP depth) evaluated in one call: their candidates concatenated (cached)."""
+    """Runs of one (model, GPU, MTP depth, capacity factor) evaluated in one call: their candidates concatenated (cached)."""
     key = tuple(r.index for r in runs)
     if key not in _GROUPS:
         by = defaultdict(list)
         for r in runs:
-            by[(r.model_key, r.gpu, r.model.mtp_num_layers)].append(r)
+            by[(r.model_key, r.gpu, r.model.mtp_num_layers, r.model.moe_capacity_factor)].append(r)
         out = []
-        for (mk, g, _), rs in by.items():
+        for (mk, g, _, _), rs in by.items():
             plans = [p for r in rs for p in r.candidates]
             cuts = np.cumsum([0] + [len(r.candidates) for r in rs])
             out.append((rs[0].model, g, PlanArrays.from_plans(plans, rs[0].model.num_layers), rs, cuts))

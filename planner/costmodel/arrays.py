@@ -67,6 +67,7 @@ class PlanArrays:
     moe_ovl: np.ndarray
     moe_imb: np.ndarray  # float
     moe_rr: np.ndarray  # bool: Plan.moe_routing == "round_robin" (contiguous, exactly balanced routing)
+    moe_pad: np.ndarray  # bool: Plan.moe_pad_to_capacity (every expert padded to its capacity, no host sync)
     bf16_frac: np.ndarray  # float: share of transformer layers whose GEMMs stay bf16 (Plan.bf16_layers)
     lowp_params: np.ndarray  # bool: Plan.lowp_params
     pp_sched: np.ndarray  # Plan.pp_schedule coded as plan.PP_SCHEDULE_CODES (0 1F1B, 1 DualPipe)
@@ -122,7 +123,7 @@ class PlanArrays:
                 ovl_grad=p.overlap_grad_reduce, ovl_param=p.overlap_param_gather,
                 ovl_tp=p.overlap_tp_comm, first=f, mid=mid, last=la, ep=p.ep, etp=p.etp,
                 moe_disp=DISPATCHER_CODES[p.moe_dispatcher], moe_ovl=p.moe_overlap, moe_imb=p.moe_imbalance,
-                moe_rr=p.moe_routing == "round_robin",
+                moe_rr=p.moe_routing == "round_robin", moe_pad=p.moe_pad_to_capacity,
                 bf16_frac=bf16_layers_of(p.precision, p.bf16_layers, num_layers) / max(num_layers, 1),
                 lowp_params=p.lowp_params, pp_sched=PP_SCHEDULE_CODES[p.pp_schedule],
                 moment_bytes=MOMENT_BYTES[p.adam_moments_dtype], act_fp8=p.act_fp8_input_store,
@@ -136,7 +137,7 @@ class PlanArrays:
         for k, v in cols.items():
             dtype = bool if k in ("sp", "fa", "fp32_grads", "ovl_grad", "ovl_param", "ovl_tp", "moe_ovl", "reshard",
                                   "grad_bf16", "opt_offload", "act_offload", "lowp_params", "act_fp8",
-                                  "clamp_fused", "yarn_fused", "gemm_fused", "moe_rr") else np.int64
+                                  "clamp_fused", "yarn_fused", "gemm_fused", "moe_rr", "moe_pad") else np.int64
             dtype = float if k in ("moe_imb", "bf16_frac", "moment_bytes", "master_bytes") else dtype
             out[k] = np.asarray(v, dtype=dtype)
         return PlanArrays(**out)

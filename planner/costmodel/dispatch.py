@@ -7,7 +7,8 @@ plus 2 more per fully recomputed layer). Three dispatchers (Megatron-Core
 ``--moe-token-dispatcher-type``, ``transformer/moe/token_dispatcher.py``):
 
 - ``alltoall``: an all-to-all over the ``ep`` ranks; each GPU sends ``S = T_loc * k * h * 2``
-  bytes (bf16 rows; the busiest rank receives ``moe_imbalance`` times that), ``(ep-1)/ep`` of it
+  bytes (bf16 rows; the busiest rank receives ``experts.load_factor`` times that: ``moe_imbalance``, or the
+  capacity when padded to it), ``(ep-1)/ep`` of it
   to other ranks. The ``ep`` group strides ``etp`` ranks (expert grid ``etp x ep x edp``,
   innermost first), so ``k_d = min(ep, D / etp)`` of its members share an NVLink domain of ``D``
   GPUs (:func:`comm.members_per_domain`, ``node.intra_domain_size``: 8 on HGX, 72 on an NVL72
@@ -170,7 +171,7 @@ def exchange_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
     crosses = ep_crosses_domain(x, cluster)
     fp8_flex = (x.fp8 > 0) & (x.moe_disp == 2)
     per_elem = np.where(fp8_flex, (FP8_DISPATCH_BYTES + 3.0 * DISPATCH_BYTES) / 4.0, DISPATCH_BYTES)
-    row = Tl * h * per_elem * experts.imbalance(x)  # one copy of every local token, busiest rank
+    row = Tl * h * per_elem * experts.load_factor(model, x)  # one copy of every local token, busiest rank
     S = row * k
     intra = S * (kd - 1) / ep
     inter_a2a = S * (ep - kd) / ep

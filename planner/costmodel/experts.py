@@ -129,6 +129,11 @@ UNPERMUTE_BYTES = 2.0
 #: fc1 + fc2 is ``2 x E/ep`` calls, the backward's data and weight gradients ``4 x E/ep``. Without it the
 #: fit put the cost of many local experts (HGX rows, 16-32 per GPU) on a GEMM efficiency per board
 #: (an HGX/NVL72 ratio of 0.66, no physical reading) and on a rows efficiency that fell at 900 rows.
+#: The time adds because a dropless dispatcher syncs the host once per MoE layer (its token counts); padded
+#: to capacity there is no sync and it overlaps the GEMMs (:func:`expert_gemms_fwd_s`). Refit with that
+#: (``python bench/moe_fidelity.py --refit``, 2026-12-02, with the ModelZoo cross-node rows force-balanced as
+#: their script runs, bench/moe_recipes.yaml): all-rows median 9.5 -> 9.1%, p90 32.5 -> 30.9%;
+#: NeMo 25.09's eight padded token-drop rows median 13.8%, signed mean +7.3 -> +0.1%.
 GROUPED_GEMM_CALL_NOTE = "one cuBLAS GEMM per local expert (TE GroupedLinear)"
 #: Rows of one tile of a grouped expert GEMM: each expert's token rows are computed in whole tiles
 #: (DeepGEMM's contiguous-layout grouped GEMM aligns every expert's rows to its M block of 128,
@@ -258,9 +263,23 @@ def imbalance(x: PlanArrays):
     return np.where((x.ep > 1) & ~x.moe_rr, x.moe_imb, 1.0)
 
 
+def load_factor(model: ModelSpec, x: PlanArrays):
+    """Rows of the busiest expert rank / the balanced share ``T_loc * k / E`` per expert. Dropless:
+    :func:`imbalance`. With the model's ``moe_capacity_factor`` an expert takes at most that many
+    times the balanced share (the rest dropped: GShard/Switch capacity, Megatron-Core
+    ``--moe-expert-capacity-factor``), and padded to capacity (Plan ``moe_pad_to_capacity``,
+    ``--moe-pad-expert-input-to-capacity``) exactly that many: its padding rows are dispatched and
+    computed as the others (token_dispatcher.py ``drop_and_pad``, the capacity of ``get_capacity``)."""
+    imb = imbalance(x)
+    cf = model.moe_capacity_factor
+    if cf is None:
+        return imb
+    return np.where(x.moe_pad, cf, np.minimum(imb, cf))
+
+
 def routed_rows(model: ModelSpec, x: PlanArrays):
     """Token rows one GPU's grouped GEMMs process per MoE layer and micro-batch (busiest rank)."""
-    return x.etp * moe_tokens(x) * model.experts_per_token * imbalance(x)
+    return x.etp * moe_tokens(x) * model.experts_per_token * load_factor(model, x)
 
 
 def fp8_pad_bytes(model: ModelSpec, x: PlanArrays):
@@ -295,14 +314,15 @@ def rows_efficiency(per, cluster: ClusterSpec):
     return 1.0 - np.exp(-np.asarray(per, dtype=float) / s)
 
 
-def _grouped_gemm_s(rows, groups, k, n, cluster: ClusterSpec, fp8, balanced=True, fused=False):
+def _grouped_gemm_s(rows, groups, k, n, cluster: ClusterSpec, fp8, balanced=True, fused=False) -> tuple:
     """``groups`` GEMMs sharing ``rows`` token rows, each ``(rows/groups) x k`` by ``k x n``, in the
     precision recipe ``fp8`` (a ``PlanArrays.fp8`` code: peaks and operand bytes of
     :data:`compute.RECIPES`, as :func:`compute._gemm_s` prices a dense GEMM). Each expert's rows run
     in whole tiles of :data:`GROUPED_GEMM_TILE_M` rows: ``ceil(per / tile) * tile`` with ``balanced``
     routing (every expert gets the same count), half a tile more than ``per`` on average otherwise.
     Each of the ``groups`` GEMMs also costs ``grouped_gemm_call_s`` (:data:`GROUPED_GEMM_CALL_NOTE`);
-    ``fused`` (Plan ``moe_grouped_gemm``): one kernel runs every expert's GEMM, one call in all."""
+    ``fused`` (Plan ``moe_grouped_gemm``): one kernel runs every expert's GEMM, one call in all.
+    Returns ``(roofline_s, launch_s)``: how they combine is :func:`expert_gemms_fwd_s`'s."""
     gpu, e = cluster.gpu, cluster.efficiency
     per = rows / groups
     tile = GROUPED_GEMM_TILE_M
@@ -319,7 +339,20 @@ def _grouped_gemm_s(rows, groups, k, n, cluster: ClusterSpec, fp8, balanced=True
     traffic = groups * k * n * qbytes + rows * (k * qbytes + n * compute.BF16_BYTES)
     hbm = gpu.hbm_bandwidth_gbps * 1e9 * e.hbm_eff
     calls = np.where(fused, 1.0, groups)
-    return np.maximum(flops / np.maximum(rate, 1e-30), traffic / hbm) + calls * e.grouped_gemm_call_s
+    return np.maximum(flops / np.maximum(rate, 1e-30), traffic / hbm), calls * e.grouped_gemm_call_s
+
+
+def expert_gemms_fwd_s(roofline_s, launch_s, x: PlanArrays):
+    """The routed experts' grouped GEMMs of one MoE layer forward, from their roofline and their calls'
+    fixed time (:func:`_grouped_gemm_s`). A dropless dispatcher learns its token counts on the host (the
+    all-to-all's split sizes, GroupedLinear's per-expert rows): one device-to-host sync per MoE layer
+    forward, after which the host issues the experts' GEMMs to a drained GPU, so their fixed time adds
+    to the GEMMs'. Padded to capacity (Plan ``moe_pad_to_capacity``) every count is known on the host
+    beforehand: Megatron-Core's alltoall dispatcher keeps ``cuda_sync_point = "no_sync"`` for
+    ``drop_and_pad`` (NVIDIA/Megatron-LM@0014f137 megatron/core/transformer/moe/token_dispatcher.py,
+    ``MoEAlltoAllTokenDispatcher.preprocess``), the host runs ahead and the fixed time overlaps the GEMMs:
+    the longer of the two."""
+    return np.where(x.moe_pad, np.maximum(roofline_s, launch_s), roofline_s + launch_s)
 
 
 def _mlp_fwd_s(model: ModelSpec, cluster: ClusterSpec, tokens, ffn_local, fp8):
@@ -468,9 +501,10 @@ def moe_layer_times(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> di
     up = (2 if m.gated else 1) * fe
     rows = routed_rows(m, x)
     groups = (E / x.ep).astype(float)
-    bal = imbalance(x) <= 1.0
-    routed = (_grouped_gemm_s(rows, groups, h, up, cluster, x.fp8, bal, x.gemm_fused)
-              + _grouped_gemm_s(rows, groups, fe, h, cluster, x.fp8, bal, x.gemm_fused))
+    bal = (imbalance(x) <= 1.0) | x.moe_pad  # every expert the same rows
+    roof1, launch1 = _grouped_gemm_s(rows, groups, h, up, cluster, x.fp8, bal, x.gemm_fused)
+    roof2, launch2 = _grouped_gemm_s(rows, groups, fe, h, cluster, x.fp8, bal, x.gemm_fused)
+    routed = expert_gemms_fwd_s(roof1 + roof2, launch1 + launch2, x)
     shared_w = m.num_shared_experts * (m.shared_expert_ffn_hidden_size or 0)
     shared = _mlp_fwd_s(m, cluster, T, shared_w / t, x.fp8) if shared_w else 0.0
     dense_mlp = _mlp_fwd_s(m, cluster, T, m.ffn_hidden_size / t, x.fp8)
@@ -478,7 +512,7 @@ def moe_layer_times(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> di
     router = compute._gemm_s(Tl, h, E, cluster, np.zeros_like(x.fp8))
     eff = cluster.efficiency.moe_membound_eff
     mem = (ROUTER_BYTES_PER_SCORE * Tl * E
-           + (PERMUTE_BYTES + UNPERMUTE_BYTES + 2.0 / k) * Tl * k * imbalance(x) * h
+           + (PERMUTE_BYTES + UNPERMUTE_BYTES + 2.0 / k) * Tl * k * load_factor(m, x) * h
            + sort_chunks_bytes(model, x)) / eff
     mem = mem + _act_bytes(m, rows, fe) + (_act_bytes(m, T, shared_w / t) if shared_w else 0.0)
     mem = mem - _act_bytes(m, T, m.ffn_hidden_size / t) + expert_cast_bytes(m, x)

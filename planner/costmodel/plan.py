@@ -248,6 +248,11 @@ class Plan(NoBoolNumbers):
         "round_robin (token i takes experts (i*k + j) mod E, j < k: k consecutive experts, every expert the same "
         "rows: moe_imbalance 1, another is refused; NeMo AutoModel's fake_balanced_gate, torchtitan's "
         "debug.moe_force_load_balance): a token then reaches ~k/(E/ep) expert-parallel ranks and one NVLink domain")
+    moe_pad_to_capacity: bool = Field(
+        default=False, description="pad every expert's tokens to its capacity (the model's moe_capacity_factor times "
+        "the balanced share; Megatron --moe-pad-expert-input-to-capacity): the padding rows are dispatched and "
+        "computed, but the token counts are known without a device-to-host sync, so the local experts' GEMM "
+        "launches overlap the GPU's work; needs a moe_capacity_factor, not with moe_dispatcher flex")
     pp_schedule: Literal["1f1b", "dualpipe"] = Field(
         default="1f1b", description="pipeline schedule: 1f1b (interleaved when vpp > 1) or dualpipe (DeepSeek-V3's "
         "bidirectional schedule, arXiv 2412.19437 Sec. 3.2.1: two stages per GPU (2x weights, pp+1 micro-batches of "
@@ -386,6 +391,10 @@ class Plan(NoBoolNumbers):
             if "moe_imbalance" in self.model_fields_set:
                 raise ValueError(routing_imbalance_problem(self.moe_routing, self.moe_imbalance))
             object.__setattr__(self, "moe_imbalance", 1.0)  # what it prices (experts.py): dumps and rebuilds say so
+        if self.moe_pad_to_capacity and self.moe_dispatcher == "flex":
+            raise ValueError("moe_pad_to_capacity: the flex dispatcher (DeepEP/HybridEP) cannot pad experts to their "
+                             "capacity (Megatron-Core refuses it, transformer_config.py); use moe_dispatcher alltoall "
+                             "or allgather, or drop moe_pad_to_capacity")
         if self.master_weights == "bf16_remainder" and self.precision == "fp16":
             raise ValueError("master_weights: bf16_remainder keeps the low 16 bits of bf16 weights (Megatron-Core "
                              "store_param_remainders); with precision fp16 use master_weights fp32")
@@ -497,6 +506,10 @@ class Plan(NoBoolNumbers):
                     f"etp: {self.etp} does not divide expert_ffn_hidden_size {m.expert_ffn_hidden_size}; "
                     "use a divisor"
                 )
+            if self.moe_pad_to_capacity and m.moe_capacity_factor is None:
+                raise InputError(
+                    f"moe_pad_to_capacity: {m.name} routes dropless (no moe_capacity_factor), so there is no capacity "
+                    "to pad to; set moe_capacity_factor in the model or drop moe_pad_to_capacity")
         elif self.ep > 1 or self.etp > 1:
             field = "ep" if self.ep > 1 else "etp"
             raise InputError(f"{field}: {m.name} is a dense model (no experts); {field} must be 1")

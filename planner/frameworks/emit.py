@@ -268,6 +268,8 @@ def megatron_moe_args(p: Plan, m: ModelSpec) -> list[str]:
         a += ["--moe-router-num-groups", str(m.router_num_groups), "--moe-router-group-topk", str(m.router_group_topk)]
     if getattr(m, "moe_capacity_factor", None) is not None:
         a += ["--moe-expert-capacity-factor", str(m.moe_capacity_factor)]
+    if p.moe_pad_to_capacity:
+        a.append("--moe-pad-expert-input-to-capacity")
     a += ["--moe-grouped-gemm", "--moe-permute-fusion", "--moe-router-dtype", "fp32",
           "--moe-token-dispatcher-type", p.moe_dispatcher]
     if p.moe_dispatcher == "flex":
@@ -398,7 +400,8 @@ def from_megatron_args(args: Sequence[str], num_gpus: int) -> Plan:
                    etp=ns.expert_tensor_parallel_size if ns.expert_tensor_parallel_size else tp,
                    moe_dispatcher=ns.moe_token_dispatcher_type or "allgather",
                    moe_overlap=bool(ns.overlap_moe_expert_parallel_comm),
-                   moe_grouped_gemm="fused" if ns.use_transformer_engine_op_fuser else "loop")
+                   moe_grouped_gemm="fused" if ns.use_transformer_engine_op_fuser else "loop",
+                   moe_pad_to_capacity=bool(ns.moe_pad_expert_input_to_capacity))
     return _plan(**moe, **memory, **_megatron_dp_knobs(ns, num_gpus // (tp * pp * cp), zero),
         num_gpus=num_gpus, tp=tp, pp=pp, cp=cp, vpp=vpp, zero=zero, micro_batch=ns.micro_batch_size,
         global_batch=ns.global_batch_size, seq_len=ns.seq_length, recompute=recompute, recompute_layers=rc_layers,
@@ -908,6 +911,8 @@ def nemo_moe_overrides(p: Plan, m: ModelSpec) -> dict:
         "model.config.moe_token_dispatcher_type": p.moe_dispatcher,
         "model.config.moe_flex_dispatcher_backend": "deepep" if p.moe_dispatcher == "flex" else None,
         "model.config.overlap_moe_expert_parallel_comm": p.moe_overlap,
+        "model.config.moe_expert_capacity_factor": m.moe_capacity_factor,
+        "model.config.moe_pad_expert_input_to_capacity": p.moe_pad_to_capacity,
     })
     return o
 
@@ -971,7 +976,8 @@ def from_nemo_overrides(overrides: dict | str) -> Plan:
         moe = dict(ep=int(g(s + "expert_model_parallel_size", 1)),
                    etp=int(g(s + "expert_tensor_parallel_size") or tp),
                    moe_dispatcher=g("model.config.moe_token_dispatcher_type", "allgather"),
-                   moe_overlap=bool(g("model.config.overlap_moe_expert_parallel_comm", False)))
+                   moe_overlap=bool(g("model.config.overlap_moe_expert_parallel_comm", False)),
+                   moe_pad_to_capacity=bool(g("model.config.moe_pad_expert_input_to_capacity", False)))
     dpk = {}  # issue 12: the split's embedding/loss accounting and the distributed optimizer's instances
     if g(s + "account_for_embedding_in_pipeline_split"):
         dpk["account_for_embedding_in_pipeline_split"] = True
