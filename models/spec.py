@@ -111,7 +111,7 @@ class ModelSpec(NoBoolNumbers):
         default=0, ge=0, le=100_000, description="groups a token may be routed to (DeepSeek topk_group); 0 = all"
     )
     moe_capacity_factor: float | None = Field(
-        default=None, gt=0, le=1_000,
+        default=None, gt=0, le=1_000, allow_inf_nan=False,
         description="expert capacity as a multiple of the balanced load tokens*k/E (excess tokens dropped); None = dropless",
     )
     shared_expert_gate: bool = Field(default=False, description="sigmoid gate on the shared expert (Qwen2-MoE): h params/MoE layer")

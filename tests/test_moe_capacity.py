@@ -90,3 +90,48 @@ def test_plan_estimate_pads_a_model_file_with_a_capacity(tmp_path):
         assert r.exit_code == 2
         line = one_stderr_line(r)
         assert "moe_pad_to_capacity" in line and words in line
+
+
+def test_search_refuses_padding_without_a_capacity_and_searches_it_with_one(tmp_path):
+    """plan-search refuses moe_pad_to_capacity on a dropless or a dense model before it enumerates (one
+    line, exit 2; it used to search and price the hidden launches of a capacity that does not exist);
+    on a model file with a capacity factor a search over on,off returns plans that pad, each priced as
+    plan-estimate prices it."""
+    from plan_search.cli.search import main as search_main
+
+    for model, words in (("qwen3-30b-a3b", "routes dropless"), ("llama-3-8b", "has no experts")):
+        r = CliRunner().invoke(search_main, ["--model", model, "--gpu", "b200", "--moe-pad-to-capacity", "on",
+                                             "--time-limit", "5"])
+        assert r.exit_code == 2
+        line = one_stderr_line(r)
+        assert line.startswith("error: moe_pad_to_capacity:") and words in line
+    f = tmp_path / "q30-cf125.yaml"
+    f.write_text("base: qwen3-30b-a3b\nmoe_capacity_factor: 1.25\n", encoding="utf-8")
+    req = ps.SearchRequest(model=str(f), gpu=["b200"], gpus=[8, 16], knobs={"moe_pad_to_capacity": [True, False]},
+                           time_limit_s=20)
+    res = ps.search(req)
+    assert res.front and all(pt.plan.moe_pad_to_capacity for pt in res.front)
+    for pt in res.front:
+        e = ps.estimate(str(f), "b200", pt.plan, memory_headroom=req.memory_headroom)
+        assert e.step_time_s == pytest.approx(pt.step_time_s, rel=1e-9)
+
+
+def test_frameworks_and_model_files_on_capacity(tmp_path):
+    """Megatron-LM's flags carry the padding and read back; torchtitan (dropless) refuses it with its
+    rule; a non-finite capacity factor in a model file is one line naming the field."""
+    from plan_search.planner.frameworks import emit
+
+    m = _model(1.25)
+    p = ps.Plan(**{**BASE, "moe_pad_to_capacity": True})
+    args = emit.to_megatron_args(p, m)
+    assert "--moe-pad-expert-input-to-capacity" in args
+    assert args[args.index("--moe-expert-capacity-factor") + 1] == "1.25"
+    assert emit.from_megatron_args(args, num_gpus=8).moe_pad_to_capacity is True
+    f = tmp_path / "q30.yaml"
+    f.write_text("base: qwen3-30b-a3b\nmoe_capacity_factor: 1.25\n", encoding="utf-8")
+    base = ["--model", str(f), "--gpu", "b200", "--num-gpus", "8", "--ep", "8"]
+    r = CliRunner().invoke(estimate_main, base + ["--framework", "torchtitan", "--moe-pad-to-capacity", "on"])
+    assert r.exit_code == 2 and "torchtitan-moe-pad-to-capacity" in one_stderr_line(r)
+    f.write_text("base: qwen3-30b-a3b\nmoe_capacity_factor: .nan\n", encoding="utf-8")
+    r = CliRunner().invoke(estimate_main, base)
+    assert r.exit_code == 2 and "moe_capacity_factor" in one_stderr_line(r) and "finite" in one_stderr_line(r)

@@ -173,6 +173,18 @@ def expert_grid_problem(ep: int, etp: int, gpus: int, where: str, more: str) -> 
             f"regroup as etp x ep x edp; {fix}, {more}")
 
 
+def pad_capacity_problem(model: ModelSpec) -> str | None:
+    """Why ``moe_pad_to_capacity`` cannot run on ``model`` (one line naming the knob and the fix), or
+    None: padding needs a capacity, the model's ``moe_capacity_factor``. Plan.check_against
+    (plan-estimate, ``plan_search.estimate``) and the search's enumeration (plan-search, requests,
+    sweeps) give it."""
+    if model.is_moe and model.moe_capacity_factor is not None:
+        return None
+    what = "routes dropless (no moe_capacity_factor)" if model.is_moe else "has no experts"
+    return (f"moe_pad_to_capacity: {model.name} {what}, so there is no capacity to pad to; set moe_capacity_factor "
+            "in the model or drop moe_pad_to_capacity")
+
+
 def routing_imbalance_problem(routing: str, imbalance: float) -> str | None:
     """Why ``moe_imbalance`` cannot be given with ``moe_routing`` (one line naming both and the fix), or
     None: round-robin routing gives every expert the same rows, so an imbalance other than 1 would be
@@ -506,10 +518,8 @@ class Plan(NoBoolNumbers):
                     f"etp: {self.etp} does not divide expert_ffn_hidden_size {m.expert_ffn_hidden_size}; "
                     "use a divisor"
                 )
-            if self.moe_pad_to_capacity and m.moe_capacity_factor is None:
-                raise InputError(
-                    f"moe_pad_to_capacity: {m.name} routes dropless (no moe_capacity_factor), so there is no capacity "
-                    "to pad to; set moe_capacity_factor in the model or drop moe_pad_to_capacity")
+            if self.moe_pad_to_capacity and (problem := pad_capacity_problem(m)):
+                raise InputError(problem)
         elif self.ep > 1 or self.etp > 1:
             field = "ep" if self.ep > 1 else "etp"
             raise InputError(f"{field}: {m.name} is a dense model (no experts); {field} must be 1")

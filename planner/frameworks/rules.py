@@ -737,7 +737,7 @@ MEMORY_KNOBS: dict[str, dict[str, tuple]] = {
     # the activation clamp is the model code's: fused when the user compiles it (torch.compile)
     "torchtitan": {"cross_entropy": ("pytorch",), "adam_moments_dtype": ("fp32",), "master_weights": ("fp32",),
                    "act_fp8_input_store": (False,), "act_clamp_fused": (False, True), "moe_grouped_gemm": ("fused",),
-                   "moe_routing": ("topk", "round_robin")},
+                   "moe_routing": ("topk", "round_robin"), "moe_pad_to_capacity": (False,)},
 }
 _MEMORY_TEXT = {
     "megatron": {"cross_entropy": ("the loss is Megatron-Core's vocab-parallel cross entropy (fp32 softmax; fused "
@@ -792,7 +792,9 @@ _MEMORY_TEXT = {
                    "act_clamp_fused": ("", _TT_LOSS),
                    "moe_grouped_gemm": ("torchtitan runs a MoE layer's local experts as one torch._grouped_mm: "
                                         "moe_grouped_gemm fused", _TT_GROUPED_MM),
-                   "moe_routing": ("", _TT_ROUTER)},
+                   "moe_routing": ("", _TT_ROUTER),
+                   "moe_pad_to_capacity": ("torchtitan's MoE routes dropless, every routed token computed (no "
+                                           "capacity to pad to): moe_pad_to_capacity off", _TT_GROUPED_MM)},
 }
 
 

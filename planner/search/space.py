@@ -59,7 +59,7 @@ from dataclasses import fields as dc_fields
 
 from plan_search.planner.costmodel import compute
 from plan_search.planner.costmodel.arrays import PlanArrays
-from plan_search.planner.costmodel.plan import Plan
+from plan_search.planner.costmodel.plan import Plan, pad_capacity_problem
 from plan_search.planner.search.request import MIN_CP_TOKENS, Knobs, knob_combinations
 
 #: PlanArrays columns the enumeration builds itself; every other column comes from the
@@ -581,6 +581,8 @@ def enumerate_space(
     for c in combos:
         if c.get("precision"):
             compute.check_precision(cluster, c["precision"])  # issue 12: names the GPUs that have it
+    if any(c.get("moe_pad_to_capacity") for c in combos) and (problem := pad_capacity_problem(model)):
+        raise InputError(problem)
     l = model.num_layers
     if any((b or 0) > l for b in (knobs.bf16_layers or [])):  # Plan.check_against's rule, as plan-estimate
         raise InputError(f"bf16_layers: {max(knobs.bf16_layers)} exceeds num_layers {l} of {model.name}")
