@@ -248,7 +248,8 @@ def recipe_for(row: dict) -> dict | None:
 
 #: Plan fields a recipe entry of bench/moe_recipes.yaml may set (memory settings; issue 11).
 RECIPE_PLAN_FIELDS = ("fp32_grads", "adam_moments_dtype", "act_fp8_input_store", "cross_entropy",
-                      "master_weights", "reshard_after_forward", "moe_grouped_gemm", "moe_routing")
+                      "master_weights", "reshard_after_forward", "moe_grouped_gemm", "moe_routing",
+                      "fp8_attention")
 
 
 def memory_settings(group: str, model_key: str, rec: dict | None, precision: str = "") -> dict:

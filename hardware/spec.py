@@ -215,16 +215,16 @@ class EfficiencySpec(_Frozen):
     # peak (planner.costmodel.memory.MEMORY_FIT_NOTE; leave-one-table-out fits 0.27-0.38)
     fragmentation: float = Field(default=0.31, ge=0, le=10)
     step_overhead_s: float = Field(default=0.05, ge=0, le=1e4)
-    a2a_bw_eff: float = Field(default=0.8749, gt=0, le=1)
-    grouped_gemm_eff: float = Field(default=0.7138, gt=0, le=1)
-    ep_overlap: float = Field(default=0.6697, ge=0, le=1)
-    moe_membound_eff: float = Field(default=0.4587, gt=0, le=1)
+    a2a_bw_eff: float = Field(default=0.8762, gt=0, le=1)
+    grouped_gemm_eff: float = Field(default=0.7134, gt=0, le=1)
+    ep_overlap: float = Field(default=0.6665, ge=0, le=1)
+    moe_membound_eff: float = Field(default=0.455, gt=0, le=1)
     grouped_gemm_call_s: float = Field(
-        default=3.673e-05, ge=0, le=1e-2, description="seconds each local expert's GEMM adds to a grouped expert GEMM "
+        default=3.639e-05, ge=0, le=1e-2, description="seconds each local expert's GEMM adds to a grouped expert GEMM "
         "(one cuBLAS GEMM and quantize per expert in Transformer Engine's GroupedLinear: "
         "planner.costmodel.experts.GROUPED_GEMM_CALL_NOTE; overlapped when padded to capacity: expert_gemms_fwd_s)")
     grouped_gemm_rows_scale: float = Field(
-        default=124.4, ge=0, le=1e6, description="token rows per expert at which a grouped expert GEMM reaches "
+        default=124.5, ge=0, le=1e6, description="token rows per expert at which a grouped expert GEMM reaches "
         "1 - 1/e of its efficiency (planner.costmodel.experts.rows_efficiency); 0: no dependence on the rows")
     kernel_fusion: Literal["fused", "compiled", "eager"] = Field(
         default="fused", description="how the framework runs the element-wise ops between GEMMs: fused "

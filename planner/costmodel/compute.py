@@ -201,10 +201,33 @@ def cudnn_sdpa_speedup(cluster: ClusterSpec, x: PlanArrays):
     return np.asarray(CUDNN_SDPA_SPEEDUP)[x.sdpa]
 
 
+#: Speed-up of cuDNN's FP8 fused attention over its BF16 one on Blackwell (Plan ``fp8_attention``,
+#: Transformer Engine's FP8 dot-product attention), by the sequence length each rank attends over
+#: (``seq / cp``): NVIDIA's training SDPA benchmark, FP8 and BF16 rows measured in the same run, causal,
+#: 128 query / 8 KV heads, head dim 128, batch 1 (NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/
+#: artifacts/sdpa_fp8_benchmark_results_NVIDIA_{B200,GB300}.csv@0b1577c, ..._GB200.csv@d48a60e). Each value
+#: is the BF16 forward + backward time over the FP8 one, the mean of the three GPUs (B200 / GB200 / GB300 at
+#: 4,096 tokens: 1.146 / 1.068 / 1.212; at 8,192: 1.217 / 1.075 / 1.291): FP8 loses below ~1K tokens (its
+#: quantization passes) and gains with the quadratic work. Interpolated in log2 of the length, held at the
+#: ends. The other architectures have no published FP8 attention measurement: 1.
+FP8_SDPA_SPEEDUP = ((512, 0.874), (1024, 1.006), (2048, 1.046), (4096, 1.142), (8192, 1.195), (16384, 1.218),
+                    (32768, 1.260), (65536, 1.290), (131072, 1.367))
+
+
+def fp8_sdpa_speedup(cluster: ClusterSpec, x: PlanArrays):
+    """Factor on the fused-attention rate with Plan ``fp8_attention`` (:data:`FP8_SDPA_SPEEDUP`):
+    Blackwell parts with Transformer Engine's kernels (profile ``kernel_fusion`` fused); 1 elsewhere."""
+    if cluster.efficiency.kernel_fusion != "fused" or cluster.gpu.architecture != "blackwell":
+        return 1.0
+    seqs, ratios = zip(*FP8_SDPA_SPEEDUP)
+    per_rank = np.log2(np.maximum(x.seq / np.maximum(x.cp, 1), 1.0))
+    return np.where(x.fp8_attn, np.interp(per_rank, np.log2(seqs), ratios), 1.0)
+
+
 def attention_fwd_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
     e = cluster.efficiency
-    rate = cluster.gpu.peak("bf16") * 1e12 * np.where(x.fa, e.attention_eff * cudnn_sdpa_speedup(cluster, x),
-                                                      e.bmm_attention_eff)
+    fused = e.attention_eff * cudnn_sdpa_speedup(cluster, x) * fp8_sdpa_speedup(cluster, x)
+    rate = cluster.gpu.peak("bf16") * 1e12 * np.where(x.fa, fused, e.bmm_attention_eff)
     return attention_fwd_flops(model, x) / rate
 
 

@@ -222,6 +222,12 @@ class Plan(NoBoolNumbers):
         "efficiencies were fitted on, whose rows state it; 9.19 runs its attention faster by "
         "planner.costmodel.compute.CUDNN_SDPA_SPEEDUP, NVIDIA's measurement); no effect on other GPUs or outside "
         "TE kernels")
+    fp8_attention: bool = Field(
+        default=False, description="run the attention core (QK^T, softmax, PV) in FP8: Transformer Engine's FP8 "
+        "dot-product attention (Megatron --fp8-dot-product-attention), inside a low-precision recipe; on Blackwell "
+        "at NVIDIA's measured cuDNN FP8/BF16 attention ratio for the sequence length "
+        "(planner.costmodel.compute.FP8_SDPA_SPEEDUP, 0.87x at 512 tokens to 1.37x at 128K), elsewhere at the "
+        "bf16 rate (no published measurement)")
     precision: Precision = Field(
         default="bf16", description="GEMM precision recipe: bf16, fp16, fp8 (= fp8-delayed), fp8-current "
         "(per-tensor current scaling), mxfp8 (block-scaled, Blackwell), nvfp4 (Blackwell)")
@@ -403,6 +409,11 @@ class Plan(NoBoolNumbers):
             if "moe_imbalance" in self.model_fields_set:
                 raise ValueError(routing_imbalance_problem(self.moe_routing, self.moe_imbalance))
             object.__setattr__(self, "moe_imbalance", 1.0)  # what it prices (experts.py): dumps and rebuilds say so
+        if self.fp8_attention and (self.precision in ("bf16", "fp16") or not self.flash_attention):
+            raise ValueError(f"fp8_attention: FP8 attention runs in Transformer Engine's fused attention inside a "
+                             f"low-precision recipe, not with precision {self.precision}"
+                             f"{'' if self.flash_attention else ' and flash_attention off'}; set precision fp8, "
+                             "fp8-current, mxfp8 or nvfp4 (and flash_attention on), or drop fp8_attention")
         if self.moe_pad_to_capacity and self.moe_dispatcher == "flex":
             raise ValueError("moe_pad_to_capacity: the flex dispatcher (DeepEP/HybridEP) cannot pad experts to their "
                              "capacity (Megatron-Core refuses it, transformer_config.py); use moe_dispatcher alltoall "

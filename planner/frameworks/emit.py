@@ -186,6 +186,8 @@ def megatron_precision_args(p: Plan, num_layers: int) -> list[str]:
               "--num-layers-at-end-in-bf16", str(n - start)]
     if p.lowp_params and p.precision != "nvfp4":
         a.append("--fp8-param-gather")
+    if p.fp8_attention:
+        a.append("--fp8-dot-product-attention")
     return a
 
 
@@ -407,6 +409,7 @@ def from_megatron_args(args: Sequence[str], num_gpus: int) -> Plan:
         global_batch=ns.global_batch_size, seq_len=ns.seq_length, recompute=recompute, recompute_layers=rc_layers,
         sequence_parallel=bool(ns.sequence_parallel) and tp > 1, flash_attention=backend not in ("unfused", "local"),
         precision=precision, bf16_layers=bf16_layers, lowp_params=lowp_params, fp32_grads=fp32_grads,
+        fp8_attention=bool(ns.fp8_dot_product_attention) and precision not in ("bf16", "fp16"),
         overlap_grad_reduce=bool(ns.overlap_grad_reduce),
         overlap_param_gather=bool(ns.overlap_param_gather), overlap_tp_comm=bool(ns.tp_comm_overlap),
         first_stage_layers=ns.decoder_first_pipeline_num_layers, last_stage_layers=ns.decoder_last_pipeline_num_layers,
@@ -805,6 +808,7 @@ def to_nemo_overrides(plan: Plan, model: ModelSpec, cluster=None, gpus_per_node:
     o["trainer.plugins.fp8"] = "hybrid" if p.precision == "fp8" else None
     if p.precision == "fp8":
         o["trainer.plugins.fp8_recipe"] = "delayed"
+    o["trainer.plugins.fp8_dot_product_attention"] = p.fp8_attention or None
     o["data.seq_length"] = p.seq_len
     o["data.micro_batch_size"] = p.micro_batch
     o["data.global_batch_size"] = p.global_batch
@@ -995,6 +999,7 @@ def from_nemo_overrides(overrides: dict | str) -> Plan:
         seq_len=seq, recompute=recompute, recompute_layers=rc_layers,
         sequence_parallel=bool(g(s + "sequence_parallel", False)) and tp > 1, flash_attention=True,
         precision=precision, fp32_grads=bool(g(s + "ddp.grad_reduce_in_fp32", g("trainer.plugins.grad_reduce_in_fp32", True))),
+        fp8_attention=bool(g("trainer.plugins.fp8_dot_product_attention", False)) and precision == "fp8",
         overlap_grad_reduce=bool(g(s + "ddp.overlap_grad_reduce", False)),
         overlap_param_gather=bool(g(s + "ddp.overlap_param_gather", False)), overlap_tp_comm=False,
         first_stage_layers=g(s + "num_layers_in_first_pipeline_stage"),

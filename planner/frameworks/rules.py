@@ -737,7 +737,7 @@ MEMORY_KNOBS: dict[str, dict[str, tuple]] = {
     # the activation clamp is the model code's: fused when the user compiles it (torch.compile)
     "torchtitan": {"cross_entropy": ("pytorch",), "adam_moments_dtype": ("fp32",), "master_weights": ("fp32",),
                    "act_fp8_input_store": (False,), "act_clamp_fused": (False, True), "moe_grouped_gemm": ("fused",),
-                   "moe_routing": ("topk", "round_robin"), "moe_pad_to_capacity": (False,)},
+                   "moe_routing": ("topk", "round_robin"), "moe_pad_to_capacity": (False,), "fp8_attention": (False,)},
 }
 _MEMORY_TEXT = {
     "megatron": {"cross_entropy": ("the loss is Megatron-Core's vocab-parallel cross entropy (fp32 softmax; fused "
@@ -794,7 +794,10 @@ _MEMORY_TEXT = {
                                         "moe_grouped_gemm fused", _TT_GROUPED_MM),
                    "moe_routing": ("", _TT_ROUTER),
                    "moe_pad_to_capacity": ("torchtitan's MoE routes dropless, every routed token computed (no "
-                                           "capacity to pad to): moe_pad_to_capacity off", _TT_GROUPED_MM)},
+                                           "capacity to pad to): moe_pad_to_capacity off", _TT_GROUPED_MM),
+                   "fp8_attention": ("torchtitan's attention is PyTorch SDPA in bf16 (its float8 training converts "
+                                     "the linear layers only): fp8_attention off",
+                                     f"{_TT} components/quantization/float8.py (Float8Linear modules)")},
 }
 
 
