@@ -461,7 +461,11 @@ def test_time_limit_is_respected_and_flagged(limit):
         assert exc.reason == "time_limit" and "time limit" in str(exc)
         return
     if res.stats.proven_optimal:  # the whole search ended within the limit (issue 13: ~0.2 s here at 0.3)
-        assert res.stats.evaluated == res.stats.candidates and not res.stats.cut and res.stats.total_s < limit + 5.0
+        # nothing cut; on a loaded machine the limit may pass just before the solve, and the front is then
+        # computed directly on every candidate (exact, front.py's 'late': noted, not a cut of its own)
+        late = [c for c in res.stats.cut if c.startswith("solve: CP-SAT not started (time limit)")]
+        assert res.stats.evaluated == res.stats.candidates and res.stats.cut == late and res.stats.total_s < limit + 5.0
+        assert res.stats.solver == ("exhaustive" if late else "cpsat")
         return
     assert res.stats.evaluated < res.stats.candidates or res.stats.solves <= 2 or \
         any("not enumerated" in c for c in res.stats.cut)  # issue 15: the enumeration stops too
