@@ -93,18 +93,20 @@ def test_plan_estimate_pads_a_model_file_with_a_capacity(tmp_path):
 
 
 def test_search_refuses_padding_without_a_capacity_and_searches_it_with_one(tmp_path):
-    """plan-search refuses moe_pad_to_capacity on a dropless or a dense model before it enumerates (one
-    line, exit 2; it used to search and price the hidden launches of a capacity that does not exist);
-    on a model file with a capacity factor a search over on,off returns plans that pad, each priced as
-    plan-estimate prices it."""
+    """plan-search refuses moe_pad_to_capacity on a dropless MoE model before it enumerates (one line,
+    exit 2; it used to search and price the hidden launches of a capacity that does not exist); on a
+    dense model it changes nothing, as every MoE knob (the same front); on a model file with a capacity
+    factor a search over on,off returns plans that pad, each priced as plan-estimate prices it."""
     from plan_search.cli.search import main as search_main
 
-    for model, words in (("qwen3-30b-a3b", "routes dropless"), ("llama-3-8b", "has no experts")):
-        r = CliRunner().invoke(search_main, ["--model", model, "--gpu", "b200", "--moe-pad-to-capacity", "on",
-                                             "--time-limit", "5"])
-        assert r.exit_code == 2
-        line = one_stderr_line(r)
-        assert line.startswith("error: moe_pad_to_capacity:") and words in line
+    r = CliRunner().invoke(search_main, ["--model", "qwen3-30b-a3b", "--gpu", "b200", "--moe-pad-to-capacity", "on",
+                                         "--time-limit", "5"])
+    assert r.exit_code == 2
+    line = one_stderr_line(r)
+    assert line.startswith("error: moe_pad_to_capacity:") and "routes dropless" in line
+    dense = [ps.search(ps.SearchRequest(model="llama-3-8b", gpu=["b200"], gpus=[8, 16], time_limit_s=20, knobs=k))
+             for k in ({}, {"moe_pad_to_capacity": [True]})]
+    assert [(p.num_gpus, p.step_time_s) for p in dense[0].front] == [(p.num_gpus, p.step_time_s) for p in dense[1].front]
     f = tmp_path / "q30-cf125.yaml"
     f.write_text("base: qwen3-30b-a3b\nmoe_capacity_factor: 1.25\n", encoding="utf-8")
     req = ps.SearchRequest(model=str(f), gpu=["b200"], gpus=[8, 16], knobs={"moe_pad_to_capacity": [True, False]},

@@ -177,12 +177,11 @@ def pad_capacity_problem(model: ModelSpec) -> str | None:
     """Why ``moe_pad_to_capacity`` cannot run on ``model`` (one line naming the knob and the fix), or
     None: padding needs a capacity, the model's ``moe_capacity_factor``. Plan.check_against
     (plan-estimate, ``plan_search.estimate``) and the search's enumeration (plan-search, requests,
-    sweeps) give it."""
-    if model.is_moe and model.moe_capacity_factor is not None:
+    sweeps) give it. On a dense model it changes nothing and is accepted, as every MoE knob is."""
+    if not model.is_moe or model.moe_capacity_factor is not None:
         return None
-    what = "routes dropless (no moe_capacity_factor)" if model.is_moe else "has no experts"
-    return (f"moe_pad_to_capacity: {model.name} {what}, so there is no capacity to pad to; set moe_capacity_factor "
-            "in the model or drop moe_pad_to_capacity")
+    return (f"moe_pad_to_capacity: {model.name} routes dropless (no moe_capacity_factor), so there is no capacity "
+            "to pad to; set moe_capacity_factor in the model or drop moe_pad_to_capacity")
 
 
 def routing_imbalance_problem(routing: str, imbalance: float) -> str | None:
