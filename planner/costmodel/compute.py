@@ -29,7 +29,6 @@ All functions return seconds as numpy arrays over the candidates of a :class:`Pl
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from plan_search.hardware.spec import ClusterSpec
@@ -216,8 +215,10 @@ FP8_SDPA_SPEEDUP = ((512, 0.874), (1024, 1.006), (2048, 1.046), (4096, 1.142), (
 
 def fp8_sdpa_speedup(cluster: ClusterSpec, x: PlanArrays):
     """Factor on the fused-attention rate with Plan ``fp8_attention`` (:data:`FP8_SDPA_SPEEDUP`):
-    Blackwell parts with Transformer Engine's kernels (profile ``kernel_fusion`` fused); 1 elsewhere."""
-    if cluster.efficiency.kernel_fusion != "fused" or cluster.gpu.architecture != "blackwell":
+    Blackwell parts with Transformer Engine's kernels (profile ``kernel_fusion`` fused); 1 elsewhere, and
+    where no candidate sets the knob (a search's default: no per-row interpolation on its hot path)."""
+    if cluster.efficiency.kernel_fusion != "fused" or cluster.gpu.architecture != "blackwell" \
+            or not np.any(x.fp8_attn):
         return 1.0
     seqs, ratios = zip(*FP8_SDPA_SPEEDUP)
     per_rank = np.log2(np.maximum(x.seq / np.maximum(x.cp, 1), 1.0))
