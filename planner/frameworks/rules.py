@@ -606,6 +606,12 @@ def _dualpipe_rule(fw: str) -> Rule:
 # ---- data parallelism as each framework runs it (issue 12)
 
 
+def _split_accounting_on(p: Plan, m, c) -> Optional[str]:
+    """The pipeline-split accounting flags a plan sets, named (DeepSpeed's and torchtitan's split-accounting rule)."""
+    return _named(("account_for_embedding_in_pipeline_split on", p.account_for_embedding_in_pipeline_split),
+                  ("account_for_loss_in_pipeline_split on", p.account_for_loss_in_pipeline_split)) if p.pp > 1 else None
+
+
 def _dp_rules(fw: str) -> list[Rule]:
     """The data-parallel knobs a framework offers: the gradient-reduction frequency is each
     framework's own (``grad_reduce`` default: :func:`planner.costmodel.plan.grad_per_microbatch`
@@ -641,10 +647,7 @@ def _dp_rules(fw: str) -> list[Rule]:
                      lambda p, m, c: f"dp_shard {p.dp_shard}" if p.dp_shard is not None else None))
         out.append(R("split-accounting", "PipelineModule cannot count the embedding/loss as layers",
                      f"{_DS} runtime/pipe/module.py _partition_layers",
-                     lambda p, m, c: _named(
-                         ("account_for_embedding_in_pipeline_split on", p.account_for_embedding_in_pipeline_split),
-                         ("account_for_loss_in_pipeline_split on", p.account_for_loss_in_pipeline_split))
-                     if p.pp > 1 else None))
+                     _split_accounting_on))
         out.append(R("reshard", "ZeRO-3 releases gathered parameters after use (stage3_max_reuse_distance aside): "
                      "reshard_after_forward on", f"{_DS} runtime/zero/partitioned_param_coordinator.py",
                      lambda p, m, c: "reshard_after_forward off" if p.zero == 3 and not p.reshard_after_forward
@@ -657,10 +660,7 @@ def _dp_rules(fw: str) -> list[Rule]:
         out.append(R("split-accounting", "the pipeline split's input/output weights are first/last_stage_less_layers, "
                      "not Megatron's accounting flags: give the split as first/last_stage_layers",
                      f"{_TT} distributed/pipeline_parallel.py",
-                     lambda p, m, c: _named(
-                         ("account_for_embedding_in_pipeline_split on", p.account_for_embedding_in_pipeline_split),
-                         ("account_for_loss_in_pipeline_split on", p.account_for_loss_in_pipeline_split))
-                     if p.pp > 1 else None))
+                     _split_accounting_on))
     return out
 
 
