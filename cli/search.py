@@ -154,8 +154,8 @@ def _plan_line(p, num_layers: int | None = None) -> str:
         split = f"; uneven stages: first {ends[0]}, last {ends[1]} layers"
     return (f"tp{p.tp} pp{p.pp} dp{p.dp} cp{p.cp} vpp{p.vpp} mb{p.micro_batch} gb{p.global_batch} "
             f"(grad-accum {p.grad_accum}) zero{p.zero} {rc} {'SP' if p.sequence_parallel else 'no-SP'} "
-            f"{p.precision}" + (f" ep{p.ep} etp{p.etp} {p.moe_dispatcher}" if p.ep * p.etp > 1 else "")
-            + "".join(f" {w}" for w in (moe_kernel_words(p) if p.ep * p.etp > 1 else []))
+            f"{p.precision}" + (f" ep{p.ep} etp{p.etp} {p.moe_dispatcher}"
+                                + "".join(f" {w}" for w in moe_kernel_words(p)) if p.ep * p.etp > 1 else "")
             + (f" {p.pp_schedule}" if p.pp_schedule != "1f1b" else "") + split)
 
 
