@@ -61,6 +61,15 @@ local attention     layer_types (sliding_attention / chunked_attention vs full_a
 MTP                 num_nextn_predict_layers
 ==================  =======================================================================
 
+Each MoE family reads its own keys only (``_FAMILY_MOE_KEYS``, as its transformers class does: a
+DeepSeek-V3 file's stray ``num_local_experts`` is ignored); an expert count of 0 or null is a dense model
+where the class then builds a dense MLP (Qwen-MoE: 0; DeepSeek-V2: null) and refused, naming both keys,
+where it builds an MoE block that cannot route (Mixtral ``num_local_experts: 0`` with top-2). Dense families
+(``DENSE_FAMILIES``) with an expert count are refused; an unknown family's spellings must agree.
+Architectures the cost model does not price (``_UNMODELLED``: Mamba-2 hybrids such as Nemotron-H and
+Nemotron 3, linear-attention hybrids such as Qwen3-Next, DeepSeek-V3.2's sparse-attention indexer) are
+refused in one line naming the keys that declare them.
+
 MoE keys missing from the config take the default of the model_type's transformers config class
 (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3, Kimi-K2 as DeepSeek-V3, Llama 4, GPT-OSS: the ``hf``
 column of ``_SPEC_KEYS``, sources cited there), never another key's value; without such a default
@@ -215,6 +224,81 @@ def _hf_class(family: str) -> str:
     return _HF_CLASS_OF.get(family, family)
 
 
+class _MoeKeys(NamedTuple):
+    """The MoE keys one family's transformers classes read: its own spelling of each (another family's
+    spelling in its config.json is a stray kwarg the class stores and never reads, so here too)."""
+
+    experts: str  # routed experts per MoE layer
+    per_token: str  # routed experts each token uses
+    width: str  # each routed expert's hidden width
+    shared: str | None  # n_shared_experts (a count) or shared_expert_intermediate_size (one expert's width)
+    # the decoder layer builds a dense MLP when the expert count is 0 (Qwen2MoeDecoderLayer: ``num_experts > 0``)
+    # or null (DeepseekV2DecoderLayer: ``n_routed_experts is not None``); otherwise the MoE block is built
+    # whatever the count, and 0 or null experts cannot route a token (top-k of nothing): refused
+    dense_when: tuple[Any, ...] = ()
+
+
+# Sources: the config classes of _SPEC_KEYS' table and each family's modeling_<family>.py decoder layer
+# (MixtralDecoderLayer, GptOssDecoderLayer, Llama4TextDecoderLayer and DeepseekV3DecoderLayer build the MoE
+# block unconditionally in their MoE layers; Qwen2Moe/Qwen3MoeDecoderLayer test ``num_experts > 0``;
+# DeepseekV2DecoderLayer ``n_routed_experts is not None``).
+_FAMILY_MOE_KEYS: dict[str, _MoeKeys] = {
+    "mixtral": _MoeKeys("num_local_experts", "num_experts_per_tok", "intermediate_size", None),
+    "gpt_oss": _MoeKeys("num_local_experts", "num_experts_per_tok", "intermediate_size", None),
+    "llama4_text": _MoeKeys("num_local_experts", "num_experts_per_tok", "intermediate_size", None),
+    "qwen2_moe": _MoeKeys("num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                          "shared_expert_intermediate_size", (0,)),
+    "qwen3_moe": _MoeKeys("num_experts", "num_experts_per_tok", "moe_intermediate_size", None, (0,)),
+    "deepseek_v2": _MoeKeys("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts",
+                            (None,)),
+    "deepseek_v3": _MoeKeys("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts"),
+}
+# Dense families: their transformers classes build no experts, whatever MoE key the file carries (a
+# num_local_experts in a llama config.json is stored and never read); an expert count there is refused,
+# naming the key, rather than priced as a dense model the file's author did not mean, or as experts the
+# class would not build.
+DENSE_FAMILIES = frozenset(
+    {
+        "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gemma3_text", "phi", "phi3", "gpt2",
+        "gpt_neox", "gptj", "gpt_neo", "gpt_bigcode", "bloom", "falcon", "opt", "mpt", "starcoder2", "olmo", "olmo2",
+        "nemotron", "stablelm", "persimmon", "cohere", "granite", "smollm3", "exaone", "internlm2", "baichuan",
+    }
+)
+
+# Architectures whose layers are not (all) softmax-attention transformer blocks: pricing their files as
+# plain transformers gives wrong totals (NVIDIA Nemotron-H-56B came out at 83B) and wrong step times, so
+# they are refused, naming what the cost model lacks. One row per unmodelled feature: the config keys or
+# model_type values that declare it, and what it is. A family modelled later drops its row.
+_UNMODELLED: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("Mamba-2 state-space layers in a hybrid layer pattern (Nemotron-H, Nemotron 3)",
+     ("hybrid_override_pattern", "mamba_num_heads", "mamba_head_dim", "mamba_hidden_act", "ssm_state_size",
+      "mamba_d_state", "mamba_d_conv", "mamba_expand", "mamba_n_heads", "mamba_d_head", "mamba_n_groups",
+      "attn_layer_period", "attn_layer_offset", "ssm_cfg", "state_size"),
+     ("nemotron_h", "jamba", "mamba", "mamba2", "falcon_h1", "falcon_mamba", "bamba", "zamba", "zamba2",
+      "granitemoehybrid", "plamo2")),
+    ("linear-attention (Gated DeltaNet) layers in a hybrid layer pattern (Qwen3-Next)",
+     ("linear_num_value_heads", "linear_num_key_heads", "linear_key_head_dim", "linear_value_head_dim",
+      "linear_conv_kernel_dim", "full_attention_interval"),
+     ("qwen3_next", "minimax", "minimax_m1", "lfm2", "rwkv", "rwkv7", "recurrent_gemma", "xlstm")),
+    ("DeepSeek Sparse Attention's lightning indexer and top-k attention (DeepSeek-V3.2)",
+     ("index_n_heads", "index_head_dim", "index_topk"),
+     ("deepseek_v32",)),
+)
+
+
+def unmodelled_problem(cfg: dict[str, Any], family: str) -> str | None:
+    """What of the architecture ``cfg`` declares the cost model does not price (one line naming the keys
+    or the model_type and what they are), or None. Only non-null keys count."""
+    for what, keys, families in _UNMODELLED:
+        found = [k for k in keys if cfg.get(k) not in (None, "", [], {})]
+        if found or family in families:
+            named = ", ".join(found[:3]) + (" ..." if len(found) > 3 else "")
+            said = f"model_type {family}" + (f" ({named})" if named else "") if family in families else named
+            return (f"{said}: {what} are not modelled (the cost model prices transformers whose every layer is "
+                    "softmax attention plus an MLP or mixture of experts; priced as one, this model would be wrong)")
+    return None
+
+
 def _hf_default(cfg: dict[str, Any], field: str, family: str, keys: tuple[str, ...], where: str) -> int | None:
     """The transformers default of ``field`` for ``family`` when none of ``keys`` is in ``cfg``:
     None when there is none to take (a key given, even as null, or the family not listed); a listed
@@ -338,6 +422,9 @@ def _layer_list(cfg: dict[str, Any], key: str, num_layers: int, where: str) -> l
 def _sparse_layers(cfg: dict[str, Any], family: str, num_layers: int, where: str, deepseek: bool) -> list[int]:
     """Indices of the MoE layers by the config's own rule (``deepseek``: DeepSeek-style experts)."""
     if deepseek:  # HF DeepseekV3DecoderLayer
+        if _hf_class(family) == "deepseek_v3" and "first_k_dense_replace" in cfg and cfg["first_k_dense_replace"] is None:
+            raise InputError(f"{where}: first_k_dense_replace: null; DeepseekV3DecoderLayer compares each layer's "
+                             "index with it; give the number of leading dense layers (DeepSeek-V3: 3), 0 for none")
         first = _hf_default(cfg, "first_dense_layers", family, ("first_k_dense_replace",), where)
         first = _count(cfg, "first_k_dense_replace", where) if first is None else first
         freq = _step(cfg, "moe_layer_freq", 1, where)
@@ -373,27 +460,72 @@ def _fit_layer_pattern(sparse: list[int], num_layers: int, where: str) -> tuple[
     return first, freq
 
 
+def _agreeing(cfg: dict[str, Any], field: str, where: str) -> None:
+    """An unknown family's spellings of ``field`` that are present must agree: two expert counts (a
+    Mixtral-style and a DeepSeek-style key) that differ are a contradiction no class resolves."""
+    given = [(k, cfg[k]) for k in _SPEC_KEYS[field].keys if cfg.get(k) is not None]
+    for k, v in given[1:]:
+        if v != given[0][1]:
+            raise InputError(f"{where}: {given[0][0]} {short_repr(given[0][1])} and {k} {short_repr(v)} disagree; "
+                             f"keep one (model_type names the family whose key is read)")
+
+
+def _own_moe_count(cfg: dict[str, Any], own: _MoeKeys, family: str, where: str) -> int:
+    """Routed experts of a known MoE family, from its own key (0: dense where the class builds a dense
+    MLP then; refused where it builds an MoE block that cannot route)."""
+    key = own.experts
+    if key not in cfg:
+        return _hf_default(cfg, "num_experts", family, (key,), where) or 0
+    value = cfg[key]
+    experts = None if value is None else _count(cfg, key, where)
+    if value is None and None in own.dense_when or experts == 0 and 0 in own.dense_when:
+        return 0
+    if not experts:
+        k = cfg.get(own.per_token, _SPEC_KEYS["experts_per_token"].hf.get(_hf_class(family)))
+        dense = "; for a dense model use the dense model_type" + (
+            f" (or {key} 0)" if 0 in own.dense_when else f" (or {key} null)" if None in own.dense_when else "")
+        raise InputError(
+            f"{where}: {key}: {'null' if value is None else short_repr(value)} experts, yet {own.per_token} is "
+            f"{short_repr(k)}: {family}'s "
+            f"transformers class builds a mixture-of-experts block in every MoE layer, which cannot route a token "
+            f"to no expert; give the expert count{dense}")
+    return experts
+
+
 def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, where: str) -> dict[str, Any]:
     keys = _SPEC_KEYS["num_experts"].keys
-    key, experts = _get(cfg, keys)
-    if key is None:
-        experts = _hf_default(cfg, "num_experts", family, keys, where)
-        if not experts:  # a dense model
+    own = _FAMILY_MOE_KEYS.get(_hf_class(family))
+    if own is not None:  # the family's own key; another family's spelling is ignored, as the class ignores it
+        key, experts = own.experts, _own_moe_count(cfg, own, family, where)
+        if not experts:
             return {}
-        key = "num_experts" if family.startswith("qwen") else "n_routed_experts" if "deepseek" in _hf_class(family) \
-            else "num_local_experts"  # the family's own key, for messages
+    elif family in DENSE_FAMILIES:
+        key, experts = _get(cfg, keys)
+        if key is not None and _count(cfg, key, where):
+            raise InputError(f"{where}: {key}: {family}'s transformers class builds no experts (the key is stored, "
+                             f"never read); use the model_type of a mixture-of-experts family, or drop {key}")
+        return {}
     else:
+        _agreeing(cfg, "num_experts", where)
+        key, experts = _get(cfg, keys)
+        if key is None:
+            return {}
         experts = _count(cfg, key, where)
     if experts == 1:  # one expert is a dense MLP; more than one per token cannot be routed to it
-        k_key, k = _get(cfg, _SPEC_KEYS["experts_per_token"].keys)
+        k_key, k = _get(cfg, (own.per_token,) if own else _SPEC_KEYS["experts_per_token"].keys)
         if k_key is not None and _as_int(k, k_key, where) > 1:
             raise InputError(f"{where}: {k_key}: {k} exceeds {key} 1; use at most as many experts per token as experts")
+        if own is not None:  # the class builds a router and one expert of its expert width, not a dense MLP
+            raise InputError(f"{where}: {key}: 1 expert behind a router is not modelled; give at least 2 experts, "
+                             "or use the family's dense model_type")
     if experts <= 1:
         return {}
     # DeepSeek-style keys by the family, or by the experts' own key (a stray n_routed_experts in a
     # Llama 4 config, whose num_local_experts wins, does not make its layer pattern DeepSeek's)
     deepseek = family in DEEPSEEK_FAMILIES or key == "n_routed_experts"
-    k_keys = _SPEC_KEYS["experts_per_token"].keys
+    if own is None:
+        _agreeing(cfg, "experts_per_token", where)
+    k_keys = (own.per_token,) if own else _SPEC_KEYS["experts_per_token"].keys
     k = _hf_default(cfg, "experts_per_token", family, k_keys, where) or _int(
         cfg, k_keys, where, what="experts used per token")
     llama4 = family.startswith("llama4")
@@ -411,9 +543,16 @@ def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, where: str) -
         "experts_per_token": k,
         "expert_ffn_hidden_size": expert_ffn,
     }
-    shared_n = _hf_default(cfg, "num_shared_experts", family, ("n_shared_experts",), where)
+    # a known family reads only its own shared-expert key (Qwen3-MoE and Mixtral have none)
+    read_n = own is None or own.shared == "n_shared_experts"
+    read_ffn = own is None or own.shared == "shared_expert_intermediate_size"
+    if read_n and _hf_class(family) == "deepseek_v3" and "n_shared_experts" in cfg and cfg["n_shared_experts"] is None:
+        raise InputError(f"{where}: n_shared_experts: null; DeepseekV3MoE builds its shared experts "
+                         "moe_intermediate_size x n_shared_experts wide; give a count (DeepSeek-V3: 1), 0 for none")
+    shared_n = _hf_default(cfg, "num_shared_experts", family, ("n_shared_experts",), where) if read_n else 0
     shared_n = _count(cfg, "n_shared_experts", where) if shared_n is None else shared_n
-    shared_ffn = _hf_default(cfg, "shared_expert_ffn_hidden_size", family, ("shared_expert_intermediate_size",), where)
+    shared_ffn = _hf_default(
+        cfg, "shared_expert_ffn_hidden_size", family, ("shared_expert_intermediate_size",), where) if read_ffn else 0
     shared_ffn = _count(cfg, "shared_expert_intermediate_size", where) if shared_ffn is None else shared_ffn
     if shared_n:
         out["num_shared_experts"] = shared_n
@@ -432,15 +571,7 @@ def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, where: str) -
         method = _text(cfg.get("topk_method"), "topk_method", where)
         out["router_expert_bias"] = method == "noaux_tc"  # HF DeepseekV3TopkRouter.e_score_correction_bias
         grouped = method in ("group_limited_greedy", "noaux_tc")
-        g_keys, t_keys = _SPEC_KEYS["router_num_groups"].keys, _SPEC_KEYS["router_group_topk"].keys
-        groups = (grouped and _hf_default(cfg, "router_num_groups", family, g_keys, where)) or _int(
-            cfg, g_keys, where, required=False) or 1
-        if groups > 1 and grouped:
-            out["router_num_groups"] = groups
-            out["router_group_topk"] = _hf_default(cfg, "router_group_topk", family, t_keys, where) or _int(
-                cfg, t_keys, where, what="groups per token")
-            if out["router_group_topk"] > groups:
-                raise InputError(f"{where}: topk_group: {out['router_group_topk']} exceeds n_group {groups}")
+        out.update(_router_groups(cfg, family, experts, where) if grouped else {})
     if family in SINK_FAMILIES:
         out["router_bias"] = True  # GptOssTopKRouter has a bias
     sparse = _sparse_layers(cfg, family, num_layers, where, deepseek)
@@ -455,6 +586,29 @@ def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, where: str) -
     out["first_dense_layers"] = first
     out["moe_layer_freq"] = freq
     return out
+
+
+def _router_groups(cfg: dict[str, Any], family: str, experts: int, where: str) -> dict[str, int]:
+    """Group-limited routing (DeepSeek ``n_group`` / ``topk_group``; DeepseekV3TopkRouter splits the experts into
+    ``n_group`` groups and keeps the ``topk_group`` best): both keys required (absent: the family's default,
+    null: refused), ``1 <= topk_group <= n_group`` and ``n_group`` dividing the experts."""
+    def read(field: str, key: str, what: str) -> int:
+        default = _hf_default(cfg, field, family, (key,), where)
+        if default is not None:
+            return default
+        if key in cfg and cfg[key] is None or key not in cfg:
+            method = cfg.get("topk_method")
+            raise InputError(f"{where}: {key}: {'null' if key in cfg else 'missing'} with topk_method {method} "
+                             f"(group-limited routing); give the {what} (DeepSeek-V3: n_group 8, topk_group 4)")
+        return _as_int(cfg[key], key, where)
+
+    groups = read("router_num_groups", "n_group", "number of expert groups")
+    topk = read("router_group_topk", "topk_group", "groups each token may use")
+    if topk > groups:
+        raise InputError(f"{where}: topk_group: {topk} exceeds n_group {groups}; give at most {groups}")
+    if experts % groups:
+        raise InputError(f"{where}: n_group: {groups} does not divide n_routed_experts {experts}; use a divisor")
+    return {"router_num_groups": groups, "router_group_topk": topk} if groups > 1 else {}
 
 
 def _mla_fields(cfg: dict[str, Any], family: str, where: str) -> dict[str, Any]:
@@ -572,6 +726,8 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
             raise InputError(f"{where}: text_config: expected a mapping holding the language model's config "
                              f"(num_hidden_layers, hidden_size ...), got {short_repr(nested)}")
     family = _text(cfg.get("model_type") or None, "model_type", where)
+    if problem := unmodelled_problem(cfg, family):
+        raise InputError(f"{where}: {problem}")
 
     layers = _int(cfg, _SPEC_KEYS["num_layers"].keys, where, what="number of layers")
     if layers > MAX_LAYERS:  # before the MoE layer pattern walks them
