@@ -259,6 +259,13 @@ class ModelSpec(NoBoolNumbers):
                     f"num_kv_heads: {self.num_kv_heads}; multi-head latent attention decompresses one key/value "
                     f"per query head, so num_kv_heads must equal num_heads {self.num_heads}"
                 )
+            for field in ("kv_lora_rank", "q_lora_rank"):  # a latent is a compression of the hidden state
+                rank = getattr(self, field)
+                if rank is not None and rank > self.hidden_size:
+                    raise ValueError(
+                        f"{field}: {rank} exceeds hidden_size {self.hidden_size}; multi-head latent attention "
+                        f"projects the hidden state down to this rank, so give at most {self.hidden_size}"
+                    )
         if self.rope_scaling is not None and self.position != "rotary":
             raise ValueError(f"rope_scaling: set only with rotary positions, not {self.position}")
         if self.activation_clamp is not None and self.activation not in GATED_ACTIVATIONS:

@@ -76,6 +76,7 @@ from plan_search.models.spec import ModelSpec
 
 from plan_search.planner.costmodel import compute
 from plan_search.planner.costmodel.arrays import PlanArrays
+from plan_search.planner.costmodel.plan import max_imbalance
 
 #: Router bytes per token and expert, forward: fp32 logits written, read by the score function
 #: and written back, read by top-k (4 x 4 B); Megatron-Core keeps router logits in fp32
@@ -263,10 +264,13 @@ def moe_tokens(x: PlanArrays):
     return compute.tokens_per_gpu(x) / x.tp
 
 
-def imbalance(x: PlanArrays):
+def imbalance(model: ModelSpec, x: PlanArrays):
     """Load factor of the busiest expert rank (1 without expert parallelism: one rank has all, and under
-    round-robin routing, ``Plan.moe_routing``, which gives every expert the same rows)."""
-    return np.where((x.ep > 1) & ~x.moe_rr, x.moe_imb, 1.0)
+    round-robin routing, ``Plan.moe_routing``, which gives every expert the same rows), at most what the
+    ``ep`` ranks can hold (:func:`plan.max_imbalance`: ``min(ep, E/k)``; the default 1.1 on a model whose
+    tokens use every expert is 1)."""
+    held = max_imbalance(model.num_experts, max(model.experts_per_token, 1), x.ep)
+    return np.where((x.ep > 1) & ~x.moe_rr, np.minimum(x.moe_imb, held), 1.0)
 
 
 def load_factor(model: ModelSpec, x: PlanArrays):
@@ -276,7 +280,7 @@ def load_factor(model: ModelSpec, x: PlanArrays):
     ``--moe-expert-capacity-factor``), and padded to capacity (Plan ``moe_pad_to_capacity``,
     ``--moe-pad-expert-input-to-capacity``) exactly that many: its padding rows are dispatched and
     computed as the others (token_dispatcher.py ``drop_and_pad``, the capacity of ``get_capacity``)."""
-    imb = imbalance(x)
+    imb = imbalance(model, x)
     cf = model.moe_capacity_factor
     if cf is None:
         return imb
@@ -507,7 +511,7 @@ def moe_layer_times(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> di
     up = (2 if m.gated else 1) * fe
     rows = routed_rows(m, x)
     groups = (E / x.ep).astype(float)
-    bal = (imbalance(x) <= 1.0) | x.moe_pad  # every expert the same rows
+    bal = (imbalance(model, x) <= 1.0) | x.moe_pad  # every expert the same rows
     roof1, launch1 = _grouped_gemm_s(rows, groups, h, up, cluster, x.fp8, bal, x.gemm_fused)
     roof2, launch2 = _grouped_gemm_s(rows, groups, fe, h, cluster, x.fp8, bal, x.gemm_fused)
     routed = expert_gemms_fwd_s(roof1 + roof2, launch1 + launch2, x)

@@ -184,6 +184,33 @@ def pad_capacity_problem(model: ModelSpec) -> str | None:
             "to pad to; set moe_capacity_factor in the model or drop moe_pad_to_capacity")
 
 
+def max_imbalance(num_experts, experts_per_token, ep):
+    """The largest ``moe_imbalance`` (busiest expert rank's rows / the mean rank's) that ``ep`` expert
+    ranks can hold: the busiest rank holds ``E/ep`` experts and gets at most ``min(k, E/ep)`` of each
+    token's ``k`` copies (they go to distinct experts), the mean rank ``k/ep``; so
+    ``min(k, E/ep) * ep / k = min(ep, E/k)``. One expert per rank (ep = E), top-2: ``E/2`` (8 experts: 4x);
+    ``E/k`` is the most any layout holds. Scalars or arrays (the cost model's :func:`experts.imbalance`
+    prices the given imbalance capped at it)."""
+    import numpy as np
+
+    return np.minimum(ep, num_experts / experts_per_token)
+
+
+def imbalance_bound_problem(model: ModelSpec, imbalance: float) -> str | None:
+    """Why ``moe_imbalance`` cannot happen on ``model`` (one line naming the field and the bound), or None:
+    above ``E/k`` (:func:`max_imbalance` at one expert per rank) no layout's busiest rank can hold it.
+    Plan.check_against (plan-estimate, an imbalance its user set) and the search's enumeration (plan-search,
+    requests, sweeps: the imbalances given) give it."""
+    if not model.is_moe:
+        return None
+    bound = float(max_imbalance(model.num_experts, model.experts_per_token, model.num_experts))
+    if imbalance <= bound:
+        return None
+    return (f"moe_imbalance: {imbalance:g} exceeds {bound:g}, the most {model.name}'s experts can hold (the busiest "
+            f"expert takes every token at most: num_experts {model.num_experts} / experts_per_token "
+            f"{model.experts_per_token}); give at most {bound:g}")
+
+
 def routing_imbalance_problem(routing: str, imbalance: float) -> str | None:
     """Why ``moe_imbalance`` cannot be given with ``moe_routing`` (one line naming both and the fix), or
     None: round-robin routing gives every expert the same rows, so an imbalance other than 1 would be
@@ -529,6 +556,8 @@ class Plan(NoBoolNumbers):
                     "use a divisor"
                 )
             if self.moe_pad_to_capacity and (problem := pad_capacity_problem(m)):
+                raise InputError(problem)
+            if "moe_imbalance" in self.model_fields_set and (problem := imbalance_bound_problem(m, self.moe_imbalance)):
                 raise InputError(problem)
         elif self.ep > 1 or self.etp > 1:
             field = "ep" if self.ep > 1 else "etp"

@@ -59,7 +59,7 @@ from dataclasses import fields as dc_fields
 
 from plan_search.planner.costmodel import compute
 from plan_search.planner.costmodel.arrays import PlanArrays
-from plan_search.planner.costmodel.plan import Plan, pad_capacity_problem
+from plan_search.planner.costmodel.plan import Plan, imbalance_bound_problem, pad_capacity_problem
 from plan_search.planner.search.request import MIN_CP_TOKENS, Knobs, knob_combinations
 
 #: PlanArrays columns the enumeration builds itself; every other column comes from the
@@ -583,6 +583,9 @@ def enumerate_space(
             compute.check_precision(cluster, c["precision"])  # issue 12: names the GPUs that have it
     if any(c.get("moe_pad_to_capacity") for c in combos) and (problem := pad_capacity_problem(model)):
         raise InputError(problem)
+    for imb in getattr(knobs, "moe_imbalance", None) or []:  # given: above E/k no layout holds it
+        if problem := imbalance_bound_problem(model, imb):
+            raise InputError(problem)
     l = model.num_layers
     if any((b or 0) > l for b in (knobs.bf16_layers or [])):  # Plan.check_against's rule, as plan-estimate
         raise InputError(f"bf16_layers: {max(knobs.bf16_layers)} exceeds num_layers {l} of {model.name}")
