@@ -230,6 +230,11 @@ class EfficiencySpec(_Frozen):
         default="fused", description="how the framework runs the element-wise ops between GEMMs: fused "
         "(Transformer Engine / Megatron kernels), compiled (torch.compile, one Inductor kernel per chain), "
         "eager (PyTorch ops, one memory-bound pass each): planner.costmodel.compute.unfused_membound_fwd_bytes")
+    selective_ac: Literal["core_attn", "op"] = Field(
+        default="core_attn", description="what recompute selective recomputes: core_attn (Megatron's "
+        "--recompute-modules core_attn, Korthikanti et al. 2022: the attention core) or op (torchtitan's op-level "
+        "SAC, activation_checkpoint.selective_ac_option 'op': every second matmul and every non-compute op; "
+        "planner.costmodel.memory.op_sac_saved_bytes_per_token)")
     zero3_flat: bool = Field(
         default=False, description="ZeRO-3 collectives as flat per-module rings, each GPU's whole traffic over its "
         "NIC once the shard group leaves the NVLink domain (DeepSpeed ZeRO-3 as Narayanan et al. 2021 Table 2 "

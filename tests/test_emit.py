@@ -274,7 +274,7 @@ def test_a_range_of_fixed_plans_round_trip():
     ("deepspeed", "llama2-70b", _llama(zero=1, tp=1), "deepspeed-recompute"),
     ("torchtitan", "llama2-70b", _llama(zero=1), "torchtitan-zero12"),
     ("torchtitan", "llama2-70b", _llama(zero=0, recompute="none"), "torchtitan-ddp-1d"),
-    ("torchtitan", "llama2-70b", _llama(zero=3, recompute="selective"), "torchtitan-selective"),
+    ("torchtitan", "mixtral-8x7b", _llama(zero=3, recompute="selective"), "torchtitan-selective"),
     ("torchtitan", "llama2-70b", _llama(zero=3, precision="fp16", recompute="none"), "torchtitan-fp16"),
     ("megatron", "bloom-176b", Plan(num_gpus=64, tp=8, pp=2, micro_batch=1, global_batch=64, seq_len=2048),
      "megatron-alibi"),
@@ -322,7 +322,7 @@ def test_capabilities_narrow_the_knobs():
     k = F.allowed("deepspeed").knobs(Knobs())
     assert k.vpp == [1] and k.cp == [1] and k.recompute == ["none", "full"] and k.sequence_parallel == [False]
     k = F.allowed("torchtitan").knobs(Knobs())
-    assert k.zero == [0, 3] and "selective" not in k.recompute
+    assert k.zero == [0, 3] and k.recompute == ["none", "selective", "full", "partial"]  # selective: op SAC
     assert F.allowed("megatron").knobs(Knobs()).zero == [0, 1, 2, 3]
 
 

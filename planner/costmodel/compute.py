@@ -444,9 +444,25 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
         "membound_fwd_s": mem_f + hbm_s(rope_f, cluster),
         "membound_bwd_s": 2.0 * mem_f + hbm_s(rope_b, cluster),
         "attn_fwd_s": attn_f,
-        # selective recomputation redoes the attention core (and its softmax without FA)
-        "selective_extra_s": attn_f + np.where(x.fa, 0.0, mem_f * 0.5),
+        # selective recomputation redoes the attention core (and its softmax without FA); torchtitan's
+        # op-level SAC redoes every second matmul and every element-wise op instead (memory.op_sac_*)
+        "selective_extra_s": _selective_extra_s(model, cluster, x, gemm_f, attn_f, mem_f),
     }
+
+
+def _selective_extra_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, gemm_f, attn_f, mem_f):
+    """Seconds per layer and micro-batch ``recompute selective`` adds: Megatron's ``core_attn`` (the
+    attention core, its softmax without FlashAttention), or, under ``efficiency.selective_ac`` op,
+    torchtitan's op-level SAC: the recomputed matmuls' share of the weight GEMMs
+    (:func:`memory.op_sac_recomputed_gemm_share`) and the forward's memory-bound work (norms, RoPE,
+    activation: none of it is saved)."""
+    core = attn_f + np.where(x.fa, 0.0, mem_f * 0.5)
+    from plan_search.planner.costmodel import memory  # (memory imports this module)
+
+    op = memory.op_sac_applies(model, cluster, x)
+    if not np.any(op):
+        return core
+    return np.where(op, memory.op_sac_recomputed_gemm_share(model) * gemm_f + mem_f, core)
 
 
 def logits_times(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:

@@ -308,6 +308,60 @@ def rerun_peak_extra_bytes_per_token(model: ModelSpec, x: PlanArrays):
     return np.maximum(2.0 * f / t, probs_grad - mlp_saved)
 
 
+def op_sac_saved_bytes_per_token(model: ModelSpec, x: PlanArrays, compiled: bool = False):
+    """Bytes per token per layer, on one GPU, a block keeps under torchtitan's op-level selective
+    activation checkpointing (``activation_checkpoint.mode selective``, ``selective_ac_option op``;
+    the cluster's ``efficiency.selective_ac`` op, the torchtitan profiles). The block runs under
+    ``create_selective_checkpoint_contexts`` with a policy that saves the outputs of the compute and
+    communication ops of its save list -- matmuls, SDPA, reduce-scatter -- except every second matmul
+    of the block, and recomputes everything else (torchtitan ``distributed/activation_checkpoint.py``:
+    ``_apply_op_sac``/``SelectiveAC``, "Save all compute/comm ops, except every second mm/linear";
+    the same policy at 9dec370, 2024-12, and at b5bcd76c, 2026). A Llama block's matmuls in order:
+    ``wq, wk, wv`` (1-3), ``wo`` (4), ``w1, w3, w2`` (5-7; ungated: ``w1, w2``): the odd ones are saved
+    -- ``wq`` (``2 q``), ``wv`` (``2 kv``), ``w1`` (``2 f``) and the down projection (gated ``w2``, its
+    partial sum ``2 h`` before the reduce-scatter; ungated its ``w2`` is the sixth and recomputed) --
+    with the SDPA output and its fp32 log-sum-exp (``2 q + 4 a``), and under tensor parallelism the
+    two reduce-scatters' outputs (``2 h / t`` each: torchtitan's TP always runs SequenceParallel); and
+    the block's input (the checkpoint's argument, ``2 h / t`` under SP). Column-parallel outputs
+    split over ``t``. Compiled (``kernel_fusion`` compiled: torchtitan compiles each checkpointed block),
+    AOTAutograd's partitioner keeps only what the backward reads, and no backward reads the down
+    projection's output (it feeds the residual add alone): ``2 h`` less -- the gap between torchtitan's
+    eager and compiled peaks in its Table 1, 82.4 - 77.0 = 5.4 GiB, where ``2 h`` x 16,384 tokens x 32
+    layers is 4.0 GiB (benchmarks/llama3_h100_202412_torchtitan.md@820504e20). Dense layers (a MoE or
+    MLA model's selective set is :mod:`experts`')."""
+    m = model
+    t = x.tp.astype(float)
+    h, f = m.hidden_size, m.ffn_hidden_size or 4 * m.hidden_size
+    q = m.num_heads * m.head_dim
+    kv = m.num_kv_heads * m.head_dim
+    sp = np.where(x.sp, 1.0 / t, 1.0)
+    col = (2.0 * q + 2.0 * kv + 2.0 * q + 4.0 * m.num_heads + 2.0 * f) / t
+    down = 2.0 * h if m.gated and not compiled else 0.0
+    rs = np.where(x.tp > 1, 2.0 * (2.0 * h) / t, 0.0)
+    return 2.0 * h * sp + col + down + rs
+
+
+#: Share of a dense layer's forward weight-GEMM FLOPs torchtitan's op-level SAC runs again in the
+#: backward: the even matmuls of :func:`op_sac_saved_bytes_per_token` (``wk``, ``wo`` and ``w3``;
+#: ungated ``wk``, ``wo`` and ``w2``).
+def op_sac_recomputed_gemm_share(model: ModelSpec) -> float:
+    m = model
+    h, f = m.hidden_size, m.ffn_hidden_size or 4 * m.hidden_size
+    q = m.num_heads * m.head_dim
+    kv = m.num_kv_heads * m.head_dim
+    total = h * (q + 2 * kv) + q * h + (3 if m.gated else 2) * h * f
+    return (h * kv + q * h + h * f) / total
+
+
+def op_sac_applies(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
+    """Rows whose ``selective`` recomputation is torchtitan's op-level SAC (dense models only)."""
+    from plan_search.planner.costmodel import experts as _experts
+
+    if cluster.efficiency.selective_ac != "op" or _experts.has_moe_selective_set(model):
+        return np.zeros(len(x), dtype=bool)
+    return x.recompute == 1
+
+
 def _layer_bytes(model: ModelSpec, x: PlanArrays):
     """(stored, recomputed, rematerialised) bytes of one layer and micro-batch on one GPU;
     ``rematerialised`` is the re-run layer at the peak of its backward
@@ -481,6 +535,10 @@ def stage_layout_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
 
     # -- stored activations (Korthikanti accounting)
     stored, recomputed, remat = _layer if _layer is not None else _layer_bytes(model, x)
+    op_sac = op_sac_applies(model, cluster, x)
+    if np.any(op_sac):  # torchtitan's op-level SAC keeps its saved ops' outputs; its backward re-runs the rest
+        stored = np.where(op_sac, compute.tokens_per_gpu(x) * op_sac_saved_bytes_per_token(
+            model, x, eff.kernel_fusion == "compiled"), stored)
     if model.is_moe:  # the stage's MoE layers store more than a dense layer (mean over its layers)
         n_moe = experts.stage_moe_layers(model, x)[stage]
         delta = n_moe / np.maximum(layers, 1) * experts.moe_activation_delta_per_layer(model, x)
@@ -502,7 +560,7 @@ def stage_layout_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     # re-run by full recomputation. The loss and output layer run their backward before any layer,
     # and autograd frees their saved tensors once they have run, so at the re-run layer's instant
     # the output buffers are gone (they count only while the stage's micro-batch sits at the loss).
-    remat_t = np.where(n_rc > 0, remat, 0.0)
+    remat_t = np.where((n_rc > 0) | op_sac, remat, 0.0)
     loss_t = np.where(has_output, logit_extra * T * V / x.tp, 0.0)
     at_loss = output + loss_t >= remat_t
 

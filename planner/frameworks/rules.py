@@ -418,10 +418,12 @@ _TT_RULES = [
     Rule("torchtitan-grads", "torchtitan", "gradients reduce in fp32 (training.mixed_precision_reduce: float32 "
          "only)", f"{_TT} config/job_config.py Training",
          lambda p, m, c: "fp32_grads off" if not p.fp32_grads else None),
-    Rule("torchtitan-selective", "torchtitan", "selective AC is 'op' (recomputes every second matmul) or an "
-         "integer (every n-th block fully); neither is the attention-core recomputation the plan prices",
+    Rule("torchtitan-selective", "torchtitan", "selective AC is 'op' (every second matmul recomputed: priced "
+         "on dense models, memory.op_sac_saved_bytes_per_token) or an integer (every n-th block fully: recompute "
+         "full with recompute_layers); op-level SAC of a MoE or MLA model's blocks is not priced",
          f"{_TT} distributed/activation_checkpoint.py",
-         lambda p, m, c: "recompute selective" if p.recompute == "selective" else None),
+         lambda p, m, c: f"recompute selective on {m.name}, a MoE/MLA model" if p.recompute == "selective"
+         and (m.is_moe or m.is_mla) else None),
     Rule("torchtitan-ac-freq", "torchtitan", "layer SAC checkpoints every n-th block of a rank, so "
          "recompute_layers must be floor(layers/n) on every stage for one n",
          f"{_TT} distributed/activation_checkpoint.py _apply_layer_sac",
@@ -1207,12 +1209,13 @@ _CAPS = {
         notes=("tp (AutoTP) only with pp = 1",)),
     "torchtitan": Capabilities(
         "torchtitan", VERSIONS["torchtitan"], zero=(0, 3), zero_with_pp=(3,),
-        recompute=("none", "full", "partial"), precision=("bf16", "fp8"), tensor_parallel=True,
+        recompute=("none", "selective", "full", "partial"), precision=("bf16", "fp8"), tensor_parallel=True,
         pipeline_parallel=True, context_parallel=True, virtual_pipeline=True, uneven_stages=True,
         sequence_parallel=(True,), decides=("sequence_parallel", "flash_attention", "fp32_grads",
                                             "overlap_grad_reduce", "overlap_param_gather"),
         notes=("zero 0 (DDP) only without tp/pp/cp", "cp needs zero 3", "seq_len divisible by 2 tp cp",
-               "partial recomputation only as every n-th block")),
+               "partial recomputation only as every n-th block",
+               "selective is op-level SAC (selective_ac_option op), dense models only")),
 }
 
 
