@@ -83,3 +83,62 @@ def test_framework_free_what_if_spans_dualpipe_and_low_precision_line():
     assert recipes.low_precision_recipe("nemo", cat["h100-sxm"]).value == "fp8"  # NeMo here: delayed scaling only
     assert recipes.low_precision_recipe("deepspeed", cat["h100-sxm"]) is None
     assert recipes.low_precision_recipe("megatron", cat["a100-80gb"]) is None
+
+
+def _dsv3_space(framework, gpu="b300", precision="mxfp8", given=()):
+    from plan_search.hardware.catalog import get_cluster
+    from plan_search.hardware.profiles import for_framework
+    from plan_search.models.catalog import get_model
+    from plan_search.planner.search.request import Knobs
+    from plan_search.planner.search.space import enumerate_space, recipe_knobs
+
+    model, cluster = get_model("deepseek-v3"), for_framework(get_cluster(gpu), framework)
+    knobs = Knobs(precision=[precision], **({"pp": [8]} if framework is None else {}))
+    k, resolve = recipe_knobs(knobs, set(given), framework, cluster, model)
+    sp = enumerate_space(model, cluster, [256], [4096], 4096, k, resolve=resolve, framework=framework)
+    plain = enumerate_space(model, cluster, [256], [4096], 4096, k)
+    return model, cluster, sp, plain, resolve
+
+
+def test_resolved_knobs_take_the_preferred_value_wherever_the_framework_runs_it():
+    """The recipe's knobs that never slow a plan (EP overlap, fused grouped MLP, TP overlap, FP8 attention) are
+    resolved per row: one row per layout, the preferred value exactly where megatron's rules accept it."""
+    import numpy as np
+
+    from plan_search.planner.frameworks.rules import check
+
+    model, cluster, sp, plain, resolve = _dsv3_space("megatron")
+    assert set(resolve) == {"moe_overlap", "moe_grouped_gemm", "fp8_attention", "overlap_tp_comm"}
+    assert len(sp) == len(plain)  # one row per layout: the values are not crossed
+    assert {c["moe_dispatcher"] for c in sp.combos} == {"flex", "alltoall"}  # crossed: layout-dependent
+    assert np.array_equal(sp.x.tp, plain.x.tp) and np.array_equal(sp.x.ep, plain.x.ep)  # same order
+    rng = np.random.default_rng(0)
+    seen = set()
+    for i in rng.choice(len(sp), 300, replace=False).tolist():
+        p = sp.plan(i)
+        seen.add((p.moe_overlap, p.moe_grouped_gemm))
+        ids = {v.rule.id for v in check("megatron", p, model, cluster)}
+        assert "megatron-moe-overlap" not in ids and "megatron-moe-fused-grouped-mlp" not in ids
+        if not p.moe_overlap and p.ep > 1:  # the fallback only where the preferred value breaks the rule
+            q = p.model_copy(update={"moe_overlap": True})
+            assert "megatron-moe-overlap" in {v.rule.id for v in check("megatron", q, model, cluster)}
+        assert p.moe_grouped_gemm == ("fused" if p.etp == 1 else "loop")
+        assert p.fp8_attention  # 4,096 tokens per rank: FP8 attention is faster on Blackwell
+    assert (True, "fused") in seen and (False, "fused") in seen
+    # a knob the user gives pins it: not resolved, not spanned
+    _, _, sp2, _, resolve2 = _dsv3_space("megatron", given={"moe_overlap", "moe_dispatcher"})
+    assert "moe_overlap" not in resolve2 and {c["moe_overlap"] for c in sp2.combos} == {False}
+    assert {c["moe_dispatcher"] for c in sp2.combos} == {"alltoall"}
+
+
+def test_framework_free_space_crosses_dualpipe_and_rows_rebuild():
+    from plan_search.planner.costmodel.arrays import PlanArrays
+
+    model, cluster, sp, plain, resolve = _dsv3_space(None, gpu="h800", precision="fp8")
+    assert {c["pp_schedule"] for c in sp.combos} == {"1f1b", "dualpipe"}
+    assert "moe_grouped_gemm" not in resolve  # fp8 on Hopper: the fused grouped MLP is not spanned
+    for i in range(0, len(sp), max(1, len(sp) // 50)):
+        p = sp.plan(i)
+        row = PlanArrays.from_plans([p], model.num_layers)
+        for f in ("moe_ovl", "ovl_tp", "gemm_fused", "fp8_attn", "moe_disp", "pp_sched", "vpp", "ep"):
+            assert getattr(row, f)[0] == getattr(sp.x, f)[i], (i, f)

@@ -60,7 +60,7 @@ from dataclasses import fields as dc_fields
 from plan_search.planner.costmodel import compute
 from plan_search.planner.costmodel.arrays import PlanArrays
 from plan_search.planner.costmodel.plan import Plan, imbalance_bound_problem, pad_capacity_problem
-from plan_search.planner.search.request import MIN_CP_TOKENS, Knobs, knob_combinations
+from plan_search.planner.search.request import MIN_CP_TOKENS, Knobs, knob_combinations, knob_values
 
 #: PlanArrays columns the enumeration builds itself; every other column comes from the
 #: broadcast knobs of the row's combination.
@@ -561,6 +561,113 @@ def _tolerant_layouts(gb: int, tol: float, counts, t0, c0, pi0, prod0, max_candi
     return b, t0[r], c0[r], pi0[r], d, prod0[r] * d
 
 
+# ------------------------------------------------------------------ the recipes' knobs (issue 23)
+#: Knobs whose preferred value is never slower, on a row where it can run, and changes no memory term, so a
+#: search resolves each per row instead of crossing its values (prune before pricing): the preferred value where
+#: the row can run it, else the other. Each claim is the cost model's own formula:
+#: - moe_overlap: hides a share of the dispatch behind compute (dispatch.ep_layer_comm: hidden >= 0);
+#: - overlap_tp_comm: hides a share of the TP communication (step._layer_comm: tp_keep <= 1);
+#: - moe_grouped_gemm fused: one kernel call instead of one per local expert, same roofline
+#:   (experts._grouped_gemm_s: calls 1 vs groups);
+#: - fp8_attention: the attention rate times compute.fp8_sdpa_speedup, preferred where that is > 1 (the
+#:   rank's sequence, seq/cp, from ~1K tokens on Blackwell).
+#: memory.py reads none of them. The dispatcher (alltoall vs flex: which is faster depends on the layout) and the
+#: pipeline schedule (DualPipe holds two stages' weights) are crossed as given.
+RESOLVED_KNOBS = {"moe_overlap": (True, False), "overlap_tp_comm": (True, False),
+                  "moe_grouped_gemm": ("fused", "loop"), "fp8_attention": (True, False)}
+
+
+def recipe_knobs(knobs: Knobs, given, framework: str | None, cluster: ClusterSpec,
+                 model: ModelSpec) -> tuple[Knobs, dict[str, tuple]]:
+    """The search's knobs on ``cluster`` with the recipe knobs its user left unset (not in ``given``, the
+    knob names the request set) at what the framework's current performance recipes search there
+    (:func:`planner.frameworks.recipes.searched_values`, per precision asked: the union), and the knobs to
+    resolve per row (:data:`RESOLVED_KNOBS`: ``{knob: (preferred, fallback)}``) for :func:`enumerate_space`'s
+    ``resolve``. A knob the user gives pins it; a knob with one searched value is set to it."""
+    from plan_search.planner.frameworks.recipes import RECIPE_KNOBS, searched_values
+
+    precisions = knob_values(knobs, "precision")
+    spans: dict[str, list] = {}
+    for prec in precisions:
+        for k, vals in searched_values(framework, cluster, prec, model.is_moe).items():
+            spans.setdefault(k, [])
+            spans[k] += [v for v in vals if v not in spans[k]]
+    update, resolve = {}, {}
+    for k in RECIPE_KNOBS:
+        if k in given or k not in spans:
+            continue
+        vals = spans[k]
+        pref = RESOLVED_KNOBS.get(k)
+        if pref and set(vals) == set(pref):
+            update[k] = [pref[1]]  # the enumeration's value; the row's is resolved (pref[0] where it runs)
+            resolve[k] = pref
+        else:
+            update[k] = list(vals)
+    return knobs.model_copy(update=update), resolve
+
+
+def _row_plan(model, x: PlanArrays, i: int, rc_kind: int, uneven: bool, combo: dict) -> Plan:
+    """Row ``i`` of ``x`` as a Plan (a :class:`Space` row's rebuild, before the Space exists)."""
+    sp = Space(model, None, x.take(np.array([i])), np.array([rc_kind]), np.array([uneven]), (combo,),
+               np.zeros(1, dtype=np.int64))
+    return sp.plan(0)
+
+
+#: Per resolved knob, the row fields its framework rules read, coded small (one np.unique over an int per row).
+_RULE_FIELDS = {
+    "moe_overlap": lambda x, rc: ((np.minimum(x.ep, 2) * 3 + np.minimum(x.pp, 2)) * 3 + np.minimum(x.vpp, 2)) * 4 + rc,
+    "moe_grouped_gemm": lambda x, rc: np.minimum(x.etp, 2),
+    "overlap_tp_comm": lambda x, rc: np.minimum(x.tp, 2) * 2 + x.sp.astype(np.int64),
+}
+
+
+def _preferred_rows(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, kind8, uneven, combo: dict, knob: str,
+                    values: tuple, framework: str | None) -> np.ndarray:
+    """Rows of ``x`` (built with ``combo``, whose ``knob`` is the fallback ``values[1]``) on which the preferred
+    ``values[0]`` can run and is worth it: a valid Plan combination, and under ``framework`` no rule broken that the
+    fallback does not break (the framework's own rules, planner.frameworks.rules.check, on one row of each group of
+    rows those rules cannot tell apart: the expert, tensor and pipeline degrees' kinds, the recomputation)."""
+    n = len(x)
+    want = {**combo, knob: values[0]}
+    try:
+        valid_combinations([want])
+    except InputError:
+        return np.zeros(n, dtype=bool)
+    ok = np.ones(n, dtype=bool)  # and only where it changes something (a tie keeps the fallback, the Plan's)
+    if knob == "moe_overlap":
+        ok &= (x.ep > 1) & bool(model.is_moe)
+    elif knob == "overlap_tp_comm":
+        ok &= x.tp > 1
+    elif knob == "moe_grouped_gemm":
+        ok &= bool(model.is_moe)
+    elif knob == "fp8_attention":
+        from types import SimpleNamespace
+
+        on = SimpleNamespace(fp8_attn=np.ones(n, dtype=bool), seq=x.seq, cp=x.cp)
+        ok &= np.asarray(compute.fp8_sdpa_speedup(cluster, on)) > 1.0
+    if framework is None or not ok.any():
+        return ok
+    from plan_search.planner.frameworks.rules import check
+
+    # the fields the rules on this knob read (planner.frameworks.rules: the EP overlap's ep, recomputation and
+    # virtual stages; the fused MLP's etp; TP overlap's tp and sequence parallelism), as one small code per row:
+    # every other rule reads the same on both values, and only the rules the preferred value adds count. The
+    # framework check of the search's answer (front.restrict_to_framework) checks every field of each plan.
+    sig = _RULE_FIELDS.get(knob, lambda x, k: np.zeros(len(x), dtype=np.int64))(x, np.asarray(kind8, dtype=np.int64))
+    keys, first, inverse = np.unique(sig, return_index=True, return_inverse=True)
+    good = np.zeros(len(keys), dtype=bool)
+    for j, i in enumerate(first.tolist()):
+        base = _row_plan(model, x, i, int(kind8[i]), bool(uneven[i]), combo)
+        try:
+            pref = base.model_copy(update={knob: values[0]})
+            Plan(**pref.model_dump())
+        except (ValueError, InputError):
+            continue
+        had = {v.rule.id for v in check(framework, base, model, cluster)}
+        good[j] = {v.rule.id for v in check(framework, pref, model, cluster)} <= had
+    return ok & good[inverse.ravel()]
+
+
 def enumerate_space(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -570,12 +677,18 @@ def enumerate_space(
     knobs: Knobs | None = None,
     max_candidates: int = 5_000_000,
     batch_tolerance: float = 0.0,
+    resolve: dict[str, tuple] | None = None,
+    framework: str | None = None,
 ) -> Space:
     """Every valid candidate (see the module docstring) as one :class:`Space`.
 
     ``batch_tolerance`` > 0: each global batch is a target; every layout takes the batch nearest
     it that its dp divides (ties: the larger), if that batch is within ``target x (1 +-
-    tolerance)``, instead of only the dp that divide the target exactly."""
+    tolerance)``, instead of only the dp that divide the target exactly.
+
+    ``resolve`` (:func:`recipe_knobs`): ``{knob: (preferred, fallback)}``: each row takes the preferred value
+    where it can run it (under ``framework``'s rules, None: the Plan's) and the fallback elsewhere, one row per
+    layout rather than one per value (the values' combinations, :class:`Space` ``combos``, say which)."""
     knobs = knobs or Knobs()
     combos = valid_combinations(knob_combinations(knobs))
     for c in combos:
@@ -673,16 +786,53 @@ def enumerate_space(
     )
     kind8, uneven = kind.astype(np.int8), U[pi].astype(bool)
     blocks = []
+    all_combos = list(combos)
     for ci, c in enumerate(combos):
         extra = combo_columns(c, l)
         x = PlanArrays(**core, **{k: constant_column(v, n) for k, v in extra.items()})
         keep = _combo_row_mask(c, x)
         idx = np.flatnonzero(keep) if not keep.all() else None
-        blocks.append((x if idx is None else x.take(idx), kind8 if idx is None else kind8[idx],
-                       uneven if idx is None else uneven[idx], np.full(int(keep.sum()), ci, dtype=np.int64)))
+        block = (x if idx is None else x.take(idx), kind8 if idx is None else kind8[idx],
+                 uneven if idx is None else uneven[idx], np.full(int(keep.sum()), ci, dtype=np.int64))
+        if resolve and len(block[0]):
+            blocks += _resolved_blocks(model, cluster, block, c, resolve, framework, all_combos, l)
+        else:
+            blocks.append(block)
+    combos = tuple(all_combos)
     if len(blocks) == 1:
         x, k8, un, cidx = blocks[0]
     else:
         x = PlanArrays(**{f.name: np.concatenate([getattr(b[0], f.name) for b in blocks]) for f in dc_fields(PlanArrays)})
         k8, un, cidx = (np.concatenate([b[j] for b in blocks]) for j in (1, 2, 3))
     return Space(model, cluster, x, k8, un, tuple(combos), cidx)
+
+
+def _resolved_blocks(model, cluster, block, combo: dict, resolve: dict, framework, all_combos: list, num_layers: int):
+    """``block`` (rows of one combination, the resolved knobs at their fallbacks) split by the resolved knobs' values
+    (:func:`_preferred_rows`), each part with its combination's columns; new combinations are appended to
+    ``all_combos``. Row order within the block is kept."""
+    x, k8, un, _ = block
+    n = len(x)
+    code = np.zeros(n, dtype=np.int64)
+    names = [k for k in resolve if combo.get(k) == resolve[k][1]]
+    for bit, k in enumerate(names):
+        code |= _preferred_rows(model, cluster, x, k8, un, combo, k, resolve[k], framework).astype(np.int64) << bit
+    out = []
+    for value in np.unique(code).tolist():
+        rows = np.flatnonzero(code == value)
+        c = {**combo, **{k: resolve[k][0] for bit, k in enumerate(names) if value >> bit & 1}}
+        if c not in all_combos:
+            all_combos.append(c)
+        ci = all_combos.index(c)
+        part = x.take(rows) if len(rows) < n else x
+        cols = combo_columns(c, num_layers)
+        part = PlanArrays(**{f.name: (constant_column(cols[f.name], len(rows)) if f.name in cols
+                                      else getattr(part, f.name)) for f in dc_fields(PlanArrays)})
+        out.append((part, k8[rows], un[rows], np.full(len(rows), ci, dtype=np.int64)))
+    if len(out) > 1:  # the construction's row order (every tie is broken by it): rows sorted back
+        order = np.argsort(np.concatenate([np.flatnonzero(code == v) for v in np.unique(code).tolist()]), kind="stable")
+        x = PlanArrays(**{f.name: np.concatenate([getattr(b[0], f.name) for b in out])[order]
+                          for f in dc_fields(PlanArrays)})
+        return [(x, np.concatenate([b[1] for b in out])[order], np.concatenate([b[2] for b in out])[order],
+                 np.concatenate([b[3] for b in out])[order])]
+    return out
