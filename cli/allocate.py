@@ -12,6 +12,7 @@ pool cannot run every job and ``--allow-unscheduled`` is not given).
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 
 import click
@@ -117,6 +118,8 @@ def format_table(res) -> str:
 
 
 SCHEMAS = ("pool", "jobs", "result")
+#: Exit code of an allocation the time limit cut (a result on stdout, not proven optimal).
+EXIT_CUT = 4
 
 
 @click.command(cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -140,7 +143,8 @@ def main(pool_file, jobs_file, objective, allow_unscheduled, time_limit, fmt, sc
     """Choose a GPU type, GPU count and parallel plan for every job so that the pool of free
     GPUs is not oversubscribed and the objective is optimal (CP-SAT over each job's fronts).
 
-    Exit 0 with a result, 2 on bad input, 3 when nothing is feasible.
+    Exit 0 with a result, 2 on bad input, 3 when nothing is feasible, 4 with a result the time limit
+    cut (printed as usual, not proven optimal: one ``cut:`` line on stderr says what stopped).
     """
     import math
 
@@ -167,6 +171,12 @@ def main(pool_file, jobs_file, objective, allow_unscheduled, time_limit, fmt, sc
         click.echo(res.model_dump_json(indent=2))
     else:
         click.echo(format_table(res))
+    if not res.solver.proven_optimal:  # an answer, but the limit cut it: a scheduler must not take it as final
+        s = res.solver
+        what = (f"the searches of {len(s.time_limited_jobs)} job(s) stopped or skipped" if s.time_limited_jobs
+                else "a job's search not proven" if not s.searches_proven else f"CP-SAT stopped ({s.status})")
+        click.echo(f"cut: the allocation is not proven optimal ({what}); raise --time-limit", err=True)
+        sys.exit(EXIT_CUT)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -89,9 +89,12 @@ def parse_tokens(text: str) -> float:
     return parse_token_count(text, "--tokens")
 
 
-def _positive(value: float | None, name: str) -> float | None:
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise click.BadParameter(f"{value} must be a positive number", param_hint=f"--{name}")
+def _positive(value: float | None, name: str, most: float | None = None) -> float | None:
+    """A positive finite number; with ``most`` the accepted range is stated (``--time-limit inf`` said only
+    'must be a positive number')."""
+    if value is not None and not (math.isfinite(value) and value > 0 and (most is None or value <= most)):
+        what = f"must be a number of seconds in (0, {most:g}]" if most else "must be a positive number"
+        raise click.BadParameter(f"{value:g} {what}", param_hint=f"--{name}")
     return value
 
 
@@ -449,7 +452,7 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
 
     Exit 0 with a result, 2 on bad input, 3 when nothing is feasible.
     """
-    from plan_search.planner.search.request import Knobs, NoFeasiblePlan, SearchRequest, SearchResult
+    from plan_search.planner.search.request import MAX_TIME_LIMIT_S, Knobs, NoFeasiblePlan, SearchRequest, SearchResult
 
     if schema:
         from plan_search.planner.search.request import json_schema
@@ -503,7 +506,8 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
     for key, val in (("deadline_days", deadline_days), ("budget_usd", budget_usd), ("max_power_kw", max_power_kw),
                      ("time_limit_s", time_limit)):
         if val is not None:
-            data[key] = _positive(val, key.removesuffix("_s").replace("_", "-"))  # the option: --time-limit
+            most = MAX_TIME_LIMIT_S if key == "time_limit_s" else None
+            data[key] = _positive(val, key.removesuffix("_s").replace("_", "-"), most)  # the option: --time-limit
     for key, val in (("memory_headroom", memory_headroom), ("max_comm_ratio", max_comm_ratio)):
         if val is not None:
             if not math.isfinite(val):

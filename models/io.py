@@ -464,13 +464,54 @@ def _is_dir(p: Path) -> bool:
         return False
 
 
+class DuplicateKeyError(ValueError):
+    """A key given twice in one mapping of a document (JSON and YAML parsers keep the last silently)."""
+
+    def __init__(self, key: Any):
+        super().__init__(f"key {short_repr(key)} is given twice in one mapping; keep one")
+
+
+def _pairs_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads`` object hook: a mapping, refusing a key given twice."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise DuplicateKeyError(k)
+        out[k] = v
+    return out
+
+
+class _OnceLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (a ``<<`` merge may still be
+    overridden by the mapping's own keys, as YAML's merge keys mean)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: set = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    if key in seen:
+                        raise DuplicateKeyError(key)
+                    seen.add(key)
+                except TypeError:  # an unhashable key: the base loader says so
+                    pass
+        return super().construct_mapping(node, deep=deep)
+
+
+_OnceLoader.add_constructor("tag:yaml.org,2002:map", _OnceLoader.construct_yaml_map)
+
+
 def _safe_load(text: str, fast: bool = False):
-    """``yaml.safe_load``; ``fast``: the same safe loader in libyaml's C (``yaml.CSafeLoader``, when
-    PyYAML was built with it), which reads the package's own catalogs about ten times faster
-    (start-up of every command). User documents keep the pure-Python loader and its error texts."""
+    """``yaml.safe_load``, refusing duplicated keys; ``fast``: the safe loader in libyaml's C
+    (``yaml.CSafeLoader``, when PyYAML was built with it), which reads the package's own catalogs about
+    ten times faster (start-up of every command). User documents keep the pure-Python loader and its
+    error texts."""
     if fast and getattr(yaml, "CSafeLoader", None) is not None:
         return yaml.load(text, Loader=yaml.CSafeLoader)
-    return yaml.safe_load(text)
+    return yaml.load(text, Loader=_OnceLoader)
 
 
 def parse_document(text: str, what: str = "document", fast: bool = False) -> dict[str, Any]:
@@ -482,10 +523,12 @@ def parse_document(text: str, what: str = "document", fast: bool = False) -> dic
     try:
         if text.lstrip().startswith(("{", "[")):
             try:
-                data = json.loads(text)
+                data = json.loads(text, object_pairs_hook=_pairs_once)
             except json.JSONDecodeError as json_exc:
                 try:
-                    data = yaml.safe_load(text)
+                    data = _safe_load(text)
+                except DuplicateKeyError:
+                    raise
                 except (yaml.YAMLError, ValueError):
                     raise json_exc from None
                 check_expansion(data, what)
@@ -494,6 +537,8 @@ def parse_document(text: str, what: str = "document", fast: bool = False) -> dic
             check_expansion(data, what)
     except InputError:
         raise
+    except DuplicateKeyError as exc:
+        raise InputError(f"{what}: {exc}") from None
     except RecursionError:
         raise InputError(f"{what}: not valid YAML/JSON (nested too deeply)") from None
     except (yaml.YAMLError, json.JSONDecodeError, ValueError, OverflowError) as exc:

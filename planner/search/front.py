@@ -1649,7 +1649,7 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
         solver_threads=req.solver_threads, cut=what_cut,
     )
     inputs = ResolvedInputs(model=model.name, params=counting.total_params(model), systems=labels,
-                            gpu_counts={s.name: [int(n) for n in s.counts] for s in systems},
+                            gpu_counts={s.name: s.counts for s in systems},  # long ranges echoed as LO..HI:STEP
                             global_batch=list(gbs), seq_len=seq, tokens=req.tokens)
     return SearchResult(front=front, recommended=recommended, recommended_index=rec_index, objective=req.objective,
                         reason=reason, landmarks=marks, other_fronts=others, stats=stats, inputs=inputs, request=req,

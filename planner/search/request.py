@@ -87,6 +87,8 @@ class _Doc(NoBoolNumbers):
 
 
 
+#: Longest time limit of a search (a day), seconds.
+MAX_TIME_LIMIT_S = 86_400
 #: Largest GPU count of a plan (:class:`planner.plan.Plan` ``num_gpus``).
 MAX_GPUS = 10_000_000
 #: Upper bounds of the knob values, those of :class:`planner.plan.Plan` (``recompute_layers``:
@@ -374,7 +376,8 @@ class SearchRequest(_Strict):
         description="balanced objective: the lowest scaling efficiency (cheapest plan's dollars / the plan's "
                     "dollars; per GPU type, GPU-hours) accepted for speed")
     solver: Literal["cpsat", "exhaustive"] = "cpsat"
-    time_limit_s: float = Field(default=10.0, gt=0, le=86_400)
+    time_limit_s: float = Field(default=10.0, gt=0, le=MAX_TIME_LIMIT_S, description="seconds for the whole search, "
+                                "in (0, 86400]")
     solver_threads: int = Field(default=1, ge=1, le=256, description="CP-SAT worker threads")
     seed: int = Field(default=0, ge=0, le=2**31 - 1)
     max_candidates: int = Field(default=5_000_000, gt=0, le=100_000_000,
@@ -519,13 +522,40 @@ class SearchStats(_Doc):
                            "systems not searched, a default GPU range, candidates not evaluated, an unproven solve")
 
 
+#: Longer evenly spaced GPU-count lists are echoed as their range (``ResolvedInputs.gpu_counts``).
+ECHO_COUNTS_MAX = 64
+
+
+def compact_counts(counts) -> list[int] | str:
+    """GPU counts as echoed: the list, or when longer than :data:`ECHO_COUNTS_MAX` and evenly spaced the
+    range ``"LO..HI:STEP"`` (the ``--gpus`` syntax): a 10^7-count range echoed as a list made a 169 MB
+    result and 1 GB of memory. Takes a list or an integer array (the search's own, not copied to a list)."""
+    import numpy as np
+
+    if isinstance(counts, str):
+        return counts
+    arr = np.asarray(counts)
+    if arr.ndim == 1 and len(arr) > ECHO_COUNTS_MAX and arr.dtype.kind in "iu":
+        steps = np.diff(arr)
+        if steps[0] > 0 and (steps == steps[0]).all():
+            return f"{int(arr[0])}..{int(arr[-1])}:{int(steps[0])}"
+    return [int(n) for n in arr] if isinstance(counts, np.ndarray) else counts
+
+
 class ResolvedInputs(_Doc):
     """The request as the search understood it."""
 
     model: str
     params: int
     systems: list[str]
-    gpu_counts: dict[str, list[int]]
+    gpu_counts: dict[str, list[int] | str] = Field(
+        description=f"GPU counts considered, per system: the list, or when longer than {ECHO_COUNTS_MAX} and evenly "
+        "spaced the range 'LO..HI:STEP' (the --gpus syntax: every STEP-th count from LO to HI)")
+
+    @field_validator("gpu_counts", mode="before")
+    @classmethod
+    def _compact(cls, v):
+        return {k: compact_counts(c) for k, c in v.items()} if isinstance(v, dict) else v
     global_batch: list[int]
     seq_len: int
     tokens: float
