@@ -234,9 +234,10 @@ def scenario_key(request: SearchRequest) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def build_sweep(doc: dict, where: str = "sweep") -> Sweep:
+def build_sweep(doc: dict, where: str = "sweep", check_resolvable: bool = True) -> Sweep:
     """Scenarios of a sweep document, each a validated SearchRequest; every model and system
-    (with its what-if overrides) is resolved once here, so a typo fails before anything runs."""
+    (with its what-if overrides) is resolved once here, so a typo fails before anything runs
+    (``check_resolvable`` False: the caller has resolved them without files, as plan-serve does)."""
     try:
         spec = SweepFile.model_validate(doc)
     except ValidationError as exc:
@@ -293,7 +294,8 @@ def build_sweep(doc: dict, where: str = "sweep") -> Sweep:
         scenarios.append(Scenario(i, key, params, req))
     if not scenarios:
         raise InputError(f"{where}: no scenarios")
-    _check_resolvable(scenarios, where)
+    if check_resolvable:
+        _check_resolvable(scenarios, where)
     # one dtype per column: an axis mixing lists and scalars is all text
     for a in axes:
         if any(isinstance(v, (list, dict)) for v in spec.sweep[a]):
@@ -394,8 +396,9 @@ def result_rows(result) -> list[dict]:
     return [dict(r, **extra) for r in rows]
 
 
-def run_scenario(index: int, request: dict) -> dict:
-    """Run one scenario (in a worker process or a Ray task): ``{"index", "status", "rows"}``.
+def run_scenario(index: int, request: dict, model=None) -> dict:
+    """Run one scenario (in a worker process or a Ray task): ``{"index", "status", "rows"}``;
+    ``model``, a ModelSpec, instead of resolving the request's (:func:`planner.search.search`'s ``model``).
 
     Never raises for a scenario's own failure: nothing feasible is a row with status
     ``infeasible`` and the reason; any other error is a row with status ``error``."""
@@ -403,7 +406,7 @@ def run_scenario(index: int, request: dict) -> dict:
     try:
         from plan_search.planner.search.front import search
 
-        result = search(SearchRequest.model_validate(request))
+        result = search(SearchRequest.model_validate(request), model=model)
         rows = result_rows(result)
         status = "ok"
     except NoFeasiblePlan as exc:
