@@ -3,7 +3,8 @@ DeepSeek-V3 on H100 over every node multiple up to 4,096 GPUs, full default spac
 median and as a ratio to the bare import floor measured in the same run
 (``python -c "import numpy, pydantic, yaml, click; from ortools.sat.python import cp_model"``).
 Targets (issue 13): warm search() of GPT-3 <= 0.5x the floor, DeepSeek-V3 <= 1.5x; the CLI end
-to end <= 2x for GPT-3, <= 3x for DeepSeek-V3.
+to end <= 2x for GPT-3, <= 3x for DeepSeek-V3. Issue 23 (the recipes' knobs searched by default): the unbounded
+``plan-search --model deepseek-v3 --gpu h100`` CLI <= 4x the floor, and every case's CLI peak memory < 1 GiB.
 
     python bench/search_speed.py              # main figures + growth tables
     python bench/search_speed.py --runs 7     # more repetitions (medians)
@@ -126,7 +127,25 @@ CASES = {
     "deepseek-v3 on h100 (<= 4,096 GPUs)": (dict(model="deepseek-v3", gpu=["h100-sxm"], max_gpus=4096),
                                             ["--model", "deepseek-v3", "--gpu", "h100-sxm", "--max-gpus", "4096",
                                              "--format", "json"], 1.5, 3.0),
+    # issue 23: the unbounded default question (the default GPU range doubles until it stops paying), with the
+    # recipes' knobs searched: CLI <= 4x the floor and its peak memory < 1 GiB (MAX_RSS_BYTES); no search() target
+    "deepseek-v3 on h100 (default range)": (dict(model="deepseek-v3", gpu=["h100-sxm"]),
+                                            ["--model", "deepseek-v3", "--gpu", "h100", "--format", "json"],
+                                            None, 4.0),
 }
+#: Peak resident memory the CLI of each case may reach (issue 23: < 1 GiB for the unbounded DeepSeek-V3 question).
+MAX_RSS_BYTES = 1 << 30
+#: Peak resident bytes of each case's CLI runs (a wrapper process reports its one child's ru_maxrss).
+RSS: dict[str, list[int]] = {}
+_RSS_WRAPPER = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); "
+                "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+
+
+def peak_rss(cmd: list[str]) -> int:
+    """Peak resident bytes of ``cmd`` (Linux ru_maxrss is in KiB), run once under a wrapper whose only child it is."""
+    out = subprocess.run([sys.executable, "-c", _RSS_WRAPPER, *cmd], check=True, capture_output=True, text=True,
+                         cwd=ROOT, env=ENV)
+    return int(out.stdout.strip().splitlines()[-1]) * 1024
 
 
 #: Environment of the timed processes (floor and CLI alike), set by main(): bytecode caching on, in a
@@ -211,11 +230,18 @@ def main() -> int:
         for fig, target in (("search() warm", t_search), ("CLI end to end", t_cli)):
             key = "search" if fig.startswith("search") else "cli"
             med = statistics.median(figures[name][key])
+            if target is None:
+                print(f"{name:38} {fig:16} {med:9.3f} {med / floor:8.2f} {'-':>7} {'':7}")
+                continue
             ok = med / floor <= target
             met &= ok
             cpu = statistics.median(CPU[f"{name} {key}"]) if CPU.get(f"{name} {key}") else float("nan")
             print(f"{name:38} {fig:16} {med:9.3f} {med / floor:8.2f} {target:6.1f}x {'MET' if ok else 'NOT MET':7}  "
                   f"{cpu:6.3f} {cpu / cpu_floor:11.2f}")
+        rss = peak_rss(_cli_cmd() + _cli)
+        ok = rss < MAX_RSS_BYTES
+        met &= ok
+        print(f"{name:38} {'CLI peak memory':16} {rss / 2**20:7.0f} MiB {'':8} {'< 1 GiB':>7} {'MET' if ok else 'NOT MET':7}")
         st = last[name].stats
         print(f"{'':38} candidates {st.candidates:,}, {st.memory_rejected:,} over memory (not timed), "
               f"{st.feasible:,} feasible, front {len(last[name].front)}; enumerate {st.enumerate_s:.3f} s, "

@@ -142,3 +142,27 @@ def test_framework_free_space_crosses_dualpipe_and_rows_rebuild():
         row = PlanArrays.from_plans([p], model.num_layers)
         for f in ("moe_ovl", "ovl_tp", "gemm_fused", "fp8_attn", "moe_disp", "pp_sched", "vpp", "ep"):
             assert getattr(row, f)[0] == getattr(sp.x, f)[i], (i, f)
+
+
+def test_enumerate_with_recipes_pins_what_the_user_gave_through_the_framework_narrowing():
+    """enumerate_space(recipes=True) spans the recipe knobs the knobs' user left unset; a knob the user gave stays
+    pinned although the framework's narrowing (rules.Capabilities.knobs) sets more knobs on the copy."""
+    from plan_search.hardware.catalog import get_cluster
+    from plan_search.models.catalog import get_model
+    from plan_search.planner.frameworks.rules import allowed
+    from plan_search.planner.search.request import SearchRequest
+    from plan_search.planner.search.space import enumerate_space
+
+    model, cluster = get_model("deepseek-v3"), get_cluster("b300")
+
+    def combos(**given):
+        req = SearchRequest(model="deepseek-v3", gpu=["b300"], precision=["mxfp8"], **given)
+        knobs = allowed("megatron").knobs(req.knobs)  # sets moe_grouped_gemm (a memory knob of the framework)
+        assert "moe_grouped_gemm" in knobs.model_fields_set and knobs._user_given == frozenset(given) | {"precision"}
+        sp = enumerate_space(model, cluster, [256], [4096], 4096, knobs, framework="megatron", recipes=True)
+        return {(c["moe_dispatcher"], c["moe_overlap"], c["moe_grouped_gemm"]) for c in sp.combos}
+
+    free = combos()
+    assert {d for d, _, _ in free} == {"flex", "alltoall"} and (("flex", True, "fused") in free)
+    assert combos(moe_grouped_gemm=["loop"], moe_overlap=[False], moe_dispatcher=["alltoall"]) == {
+        ("alltoall", False, "loop")}

@@ -17,7 +17,7 @@ import itertools
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model, field_validator, model_validator
 
 from plan_search.models.io import NoBoolNumbers, parse_token_count
 from plan_search.planner.costmodel.estimate import Estimate
@@ -198,6 +198,14 @@ class _EnumeratedKnobs(_Strict):
                 raise
             raise ValidationError.from_exception_data(exc.title, [
                 {k: e[k] for k in ("type", "loc", "input", "ctx") if k in e} for e in errors]) from None
+
+    #: The knobs its user gave (a value other than None), as constructed: a copy (the framework's narrowing,
+    #: planner.frameworks.rules.Capabilities.knobs) keeps it, so the search knows which recipe knobs are pinned
+    #: (planner.search.space.recipe_knobs: a knob the user gives pins it; the others span the recipes' values).
+    _user_given: frozenset = PrivateAttr(default=frozenset())
+
+    def model_post_init(self, context) -> None:  # noqa: D102
+        self._user_given = frozenset(k for k in self.model_fields_set if getattr(self, k, None) is not None)
 
     tp: list[int] | None = None
     pp: list[int] | None = None

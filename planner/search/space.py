@@ -679,6 +679,7 @@ def enumerate_space(
     batch_tolerance: float = 0.0,
     resolve: dict[str, tuple] | None = None,
     framework: str | None = None,
+    recipes: bool = False,
 ) -> Space:
     """Every valid candidate (see the module docstring) as one :class:`Space`.
 
@@ -688,8 +689,12 @@ def enumerate_space(
 
     ``resolve`` (:func:`recipe_knobs`): ``{knob: (preferred, fallback)}``: each row takes the preferred value
     where it can run it (under ``framework``'s rules, None: the Plan's) and the fallback elsewhere, one row per
-    layout rather than one per value (the values' combinations, :class:`Space` ``combos``, say which)."""
+    layout rather than one per value (the values' combinations, :class:`Space` ``combos``, say which).
+    ``recipes``: the recipe knobs the knobs' user did not give (``Knobs._user_given``) take what ``framework``'s
+    recipes search on ``cluster`` (:func:`recipe_knobs`, which also gives ``resolve``): what a search enumerates."""
     knobs = knobs or Knobs()
+    if recipes:
+        knobs, resolve = recipe_knobs(knobs, knobs._user_given, framework, cluster, model)
     combos = valid_combinations(knob_combinations(knobs))
     for c in combos:
         if c.get("precision"):
