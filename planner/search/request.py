@@ -531,7 +531,7 @@ class SearchStats(_Doc):
 
 
 #: Longer evenly spaced GPU-count lists are echoed as their range (``ResolvedInputs.gpu_counts``).
-ECHO_COUNTS_MAX = 64
+ECHO_COUNTS_MAX = 10_000
 
 
 def compact_counts(counts) -> list[int] | str:
