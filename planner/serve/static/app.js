@@ -219,8 +219,12 @@ function ticksLog(lo, hi, base) {
     while (out.length > 7) for (let k = out.length - 2; k > 0; k -= 1) out.splice(k, 1);
     return out;
   }
-  for (let d = Math.pow(10, Math.floor(Math.log10(lo))); d <= hi * 10; d *= 10)
-    for (const m of [1, 2, 5]) if (m * d >= lo && m * d <= hi) out.push(m * d);
+  for (const ms of [[1, 2, 5], [1, 1.5, 2, 3, 5, 7]]) {  // finer mantissas when the range is short
+    out.length = 0;
+    for (let d = Math.pow(10, Math.floor(Math.log10(lo))); d <= hi * 10; d *= 10)
+      for (const m of ms) if (m * d >= lo && m * d <= hi) out.push(m * d);
+    if (out.length >= 3) break;
+  }
   return out.length >= 2 ? out : [lo, hi];
 }
 function ticksLinear(lo, hi) {
