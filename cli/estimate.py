@@ -330,9 +330,12 @@ def _as_run(framework: str | None, emit: bool, plan, model, cluster):
 
 @click.command(cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "--version", prog_name="plan-estimate", message="%(prog)s %(version)s")
-@click.option("--model", "model_ref", required=True, help="catalog model name/alias or model file (HF config.json or YAML)")
-@click.option("--gpu", "gpu_ref", required=True, help="catalog system name/alias or cluster YAML (base: + overrides)")
-@click.option("--gpus", "--num-gpus", "num_gpus", type=int, required=True, help="total GPUs (= tp*pp*dp*cp)")
+@click.option("--model", "model_ref", default=None,
+              help="catalog model name/alias or model file (HF config.json or YAML)  [required without --from]")
+@click.option("--gpu", "gpu_ref", default=None,
+              help="catalog system name/alias or cluster YAML (base: + overrides)  [required]")
+@click.option("--gpus", "--num-gpus", "num_gpus", type=int, default=None,
+              help="total GPUs (= tp*pp*dp*cp)  [required without --from; with it: overrides the file's count]")
 @click.option("--dp", type=int, default=None, help="data-parallel degree  [default: num_gpus/(tp*pp*cp)]")
 @click.option("--global-batch", type=int, default=None, help="sequences per step  [default: the model's global_batch]")
 @click.option("--seq-len", type=int, default=None, help="sequence length  [default: the model's seq_len]")
@@ -352,10 +355,24 @@ def _as_run(framework: str | None, emit: bool, plan, model, cluster):
               help="also print the --framework launch configuration (Megatron-LM flags, DeepSpeed config JSON, "
                    "torchtitan TOML sections, NeMo 2.0 recipe overrides): after the table, or with --format json "
                    "as the 'launch' key of the one JSON document")
+@click.option("--from", "from_path", default=None, metavar="FILE",
+              help="price a launch file: Megatron-LM script or flags, NeMo overrides, torchtitan TOML, DeepSpeed JSON "
+                   "(cli/from_file.py); prints which lines were used, not priced, not understood and defaulted")
+@click.option("--launch", "launch", type=click.IntRange(1, 10_000), default=None,
+              help="with --from: which launch command of a script with several (1-based)  [default: the first]")
+@click.option("--improve", is_flag=True, default=False,
+              help="with --from: search around the file's plan (same model, GPU type and count, batch, sequence) "
+                   "and print the best alternatives as changes to the file")
+@click.option("--improve-gpus", "improve_gpus", default=None, metavar="SET",
+              help="with --improve: GPU counts the alternatives may use, e.g. 256..1024:256  [default: the file's]")
+@click.option("-o", "--output", "output", default=None, metavar="FILE",
+              help="with --from: write the file with the best alternative applied (atomically; never the input)")
 @guarded
 def main(model_ref: str, gpu_ref: str, num_gpus: int, dp: int | None, global_batch: int | None,
          seq_len: int | None, memory_headroom: float, tokens: float | None, checkpoint_interval_h: float,
-         sets: tuple[str, ...], fmt: str, framework: str | None, emit: bool, **knob_args) -> None:
+         sets: tuple[str, ...], fmt: str, framework: str | None, emit: bool, from_path: str | None = None,
+         launch: int | None = None, improve: bool = False, improve_gpus: str | None = None,
+         output: str | None = None, **knob_args) -> None:
     """Estimate step time, memory, throughput and cost of one parallel plan.
 
     Exit 0 when the plan fits, 3 when it does not fit in memory (the estimate is still printed),
@@ -373,6 +390,27 @@ def main(model_ref: str, gpu_ref: str, num_gpus: int, dp: int | None, global_bat
         raise InputError(f"checkpoint_interval_h: {checkpoint_interval_h} must be a positive number of hours")
     if not math.isfinite(memory_headroom):
         raise InputError(f"memory_headroom: {memory_headroom} must be in [0, 1)")
+    if from_path is not None:
+        knobs = collect(knob_args, multi=False)
+        given = [f"--{k.replace('_', '-')}" for k in knobs] + [o for o, v in (
+            ("--dp", dp), ("--global-batch", global_batch), ("--seq-len", seq_len), ("--framework", framework),
+            ("--emit", emit or None)) if v is not None]
+        if given:
+            raise InputError(f"from: the plan is the file's; leave out {', '.join(given)} (use --improve to search "
+                             "around it)")
+        from plan_search.cli import from_file
+
+        from_file.run(from_path, model_ref=model_ref, gpu_ref=gpu_ref, num_gpus=num_gpus, launch=launch, sets=sets,
+                      memory_headroom=memory_headroom, tokens=tokens, checkpoint_interval_h=checkpoint_interval_h,
+                      fmt=fmt, improve=improve, output=output, gpus_move=improve_gpus)
+        return
+    for opt, v in (("--launch", launch), ("--improve", improve or None), ("--improve-gpus", improve_gpus),
+                   ("-o/--output", output)):
+        if v is not None:
+            raise InputError(f"{opt.lstrip('-')}: {opt} needs --from FILE")
+    for opt, v in (("--model", model_ref), ("--gpu", gpu_ref), ("--gpus", num_gpus)):
+        if v is None:
+            raise click.UsageError(f"Missing option '{opt}'.")
     model = resolve_model(model_ref)
     from plan_search.hardware.profiles import for_framework
 

@@ -342,6 +342,12 @@ def from_megatron_args(args: Sequence[str], num_gpus: int) -> Plan:
         ns, _ = megatron_parser().parse_known_args(list(args))
     except SystemExit:
         raise InputError("megatron: the flags do not parse (a value is missing or not one of its choices)") from None
+    return from_megatron_namespace(ns, num_gpus)
+
+
+def from_megatron_namespace(ns, num_gpus: int) -> Plan:
+    """:func:`from_megatron_args` of flags already parsed (an ``argparse.Namespace`` with every kept flag's
+    attribute, as :func:`megatron_parser` gives; ``planner.frameworks.read`` records which it reads)."""
     for need in ("micro_batch_size", "global_batch_size", "seq_length"):
         if getattr(ns, need) is None:
             raise InputError(f"megatron: --{need.replace('_', '-')} is missing")

@@ -1,0 +1,117 @@
+"""``plan-estimate --from FILE``: price the launch configuration a team already runs.
+
+The file is read by :func:`planner.frameworks.read.read_launch` (Megatron-LM scripts and argument lists, NeMo
+2.0 / Megatron-Bridge overrides, torchtitan TOML, DeepSpeed JSON); the plan is priced as ``plan-estimate
+--framework`` prices it (:func:`planner.frameworks.rules.as_run`, then :func:`planner.costmodel.estimate`), and the
+account of the file (used / not priced / not understood / defaulted) is printed before the table.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+
+def account_lines(r, width: int = 80) -> list[str]:
+    """The account of every line of the file, grouped (used, not priced, not understood, defaulted)."""
+    import textwrap
+
+    def rows(entries, show_what=True):
+        out = []
+        for e in entries:
+            at = f"{e.line:>4d}" if e.line else "   -"
+            body = f"{e.text}" + (f"  [{e.what}]" if show_what and e.what else "")
+            out += textwrap.wrap(body, width=width - 8, initial_indent=f"  {at}  ", subsequent_indent=" " * 10,
+                                 break_on_hyphens=False) or [f"  {at}"]
+        return out
+
+    lines = [f"from {r.path}: {r.framework} ({r.dialect}); defaults of {r.version}",
+             f"  model {r.model.name}; {r.gpus_from}"]
+    lines.append(f"used ({len(r.used)})")
+    lines += rows(r.used)
+    groups: dict[str, list] = {}
+    for e in r.unpriced:
+        groups.setdefault(e.what, []).append(e)
+    lines.append(f"not priced ({len(r.unpriced)}): understood, no effect on what is priced")
+    for why, es in groups.items():
+        lines += textwrap.wrap(f"{why}:", width=width, initial_indent="  ", subsequent_indent="    ")
+        lines += rows(es, show_what=False)
+    lines.append(f"not understood ({len(r.not_understood)})" + (": the estimate is made without them"
+                                                              if r.not_understood else ""))
+    lines += rows(r.not_understood, show_what=False)
+    lines.append(f"defaulted ({len(r.defaulted)}): not in the file")
+    lines += rows(r.defaulted)
+    notes = [e for e in r.notes if e.what != "model"]
+    if notes:
+        lines.append(f"notes ({len(notes)})")
+        lines += rows(notes)
+    return lines
+
+
+def read_and_price(from_path: str, *, model_ref: str | None, gpu_ref: str | None, num_gpus: int | None,
+                   launch: int | None, sets, memory_headroom: float, tokens, checkpoint_interval_h: float,
+                   seq_len: int | None = None):
+    """(LaunchRead, the plan as run, cluster, estimate) of a launch file."""
+    from plan_search.hardware.overrides import apply_overrides
+    from plan_search.hardware.profiles import for_framework
+    from plan_search.hardware.resolve import resolve_cluster
+    from plan_search.models.io import InputError
+    from plan_search.models.resolve import resolve_model
+    from plan_search.planner.costmodel.estimate import estimate
+    from plan_search.planner.frameworks import rules
+    from plan_search.planner.frameworks.read import read_launch
+
+    given = resolve_model(model_ref) if model_ref else None
+    r = read_launch(from_path, model=given, num_gpus=num_gpus, launch=launch, seq_len=seq_len)
+    if not gpu_ref:
+        gpu_ref = r.gpu_ref
+    if not gpu_ref:
+        raise InputError("gpu: the launch file does not name the GPU type: give --gpu (e.g. --gpu h100)")
+    cluster = apply_overrides(for_framework(resolve_cluster(gpu_ref), r.framework), sets)
+    plan = rules.as_run(r.framework, r.plan, r.model, cluster)
+    est = estimate(r.model, cluster, plan, memory_headroom=memory_headroom, tokens=tokens,
+                   checkpoint_interval_h=checkpoint_interval_h)
+    return r, plan, cluster, est
+
+
+def run(from_path: str, *, model_ref, gpu_ref, num_gpus, launch, sets, memory_headroom, tokens,
+        checkpoint_interval_h, fmt: str, improve: bool = False, output=None, gpus_move: str | None = None,
+        top: int = 3, time_limit_s: float = 10.0) -> None:
+    """The body of ``plan-estimate --from``."""
+    from plan_search.cli.common import Infeasible
+    from plan_search.cli.estimate import format_table
+    from plan_search.hardware.overrides import describe_overrides
+
+    r, plan, cluster, est = read_and_price(from_path, model_ref=model_ref, gpu_ref=gpu_ref, num_gpus=num_gpus,
+                                           launch=launch, sets=sets, memory_headroom=memory_headroom, tokens=tokens,
+                                           checkpoint_interval_h=checkpoint_interval_h)
+    better = None
+    if improve or output is not None:
+        from plan_search.cli import improve as imp
+
+        better = imp.alternatives(r, plan, cluster, est, memory_headroom=memory_headroom, tokens=tokens,
+                                  checkpoint_interval_h=checkpoint_interval_h, gpus_move=gpus_move, top=top,
+                                  sets=sets, time_limit_s=time_limit_s)
+        if output is not None:
+            imp.write_improved(r, better, output, from_path)
+    if fmt.lower() == "json":
+        doc = json.loads(est.model_dump_json())
+        doc["from"] = r.as_json()
+        if better is not None:
+            doc["improve"] = [a.as_json() for a in better]
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        click.echo("\n".join(account_lines(r)))
+        click.echo("")
+        overrides = describe_overrides(sets, cluster) if sets else []
+        click.echo(format_table(est, cluster, r.model, memory_headroom, overrides))
+        if better is not None:
+            from plan_search.cli import improve as imp
+
+            click.echo("")
+            click.echo("\n".join(imp.format_alternatives(r, est, better)))
+            if output is not None:
+                click.echo(f"wrote {output} (the first alternative; {from_path} unchanged)")
+    if not est.feasible:
+        raise Infeasible(est.reasons[0] if est.reasons else "the plan does not fit")

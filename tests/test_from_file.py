@@ -1,0 +1,160 @@
+"""plan-estimate --from FILE: launch files read back into the model, the GPU count and the plan (issue 26).
+
+The public files in tests/data/launch (origin in SOURCES.tsv) must parse and price with every line accounted
+for (used, not priced with a reason, or defaulted) and give the degrees the file sets; a file that contradicts
+itself is refused in one line naming both values; what the product emits reads back to the same plan.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from plan_search.cli.estimate import main as estimate_main
+from plan_search.models.io import InputError
+from plan_search.planner.frameworks.read import read_launch
+from plan_search.planner.frameworks.read import shell
+
+DATA = Path(__file__).parent / "data" / "launch"
+
+
+def _sources() -> dict[str, tuple[str, str, str]]:
+    out = {}
+    for line in (DATA / "SOURCES.tsv").read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        name, repo, path, commit = line.split("\t")
+        out[name] = (repo, path, commit)
+    return out
+
+
+def test_every_kept_file_names_its_origin():
+    src = _sources()
+    kept = {p.name for p in DATA.iterdir() if p.name != "SOURCES.tsv"}
+    assert kept == set(src)
+    for repo, path, commit in src.values():
+        assert "/" in repo and path and len(commit) == 40
+
+
+# ------------------------------------------------------------------ public files: the degrees they set
+
+PUBLIC = [
+    # file, --gpus (None: the file's), model, (tp, pp, cp, dp, ep), micro, global, seq, precision, zero
+    ("megatron-lm_train_gpt3_175b_distributed.sh", 1024, "megatron-gpt-175b", (8, 16, 1, 8, 1), 1, 1536, 2048,
+     "fp16", 0),
+    ("megatron-lm_train_llama3_8b_h100_fp8.sh", None, "llama3.1-8b", (1, 1, 1, 8, 1), 1, 128, 8192, "fp8", 1),
+    ("megatron-lm_train_mixtral_8x7b_distributed.sh", 64, "mixtral-8x7b", (1, 4, 1, 16, 8), 1, 256, 4096, "bf16", 1),
+]
+
+
+@pytest.mark.parametrize("name, gpus, model, degrees, mb, gb, seq, precision, zero", PUBLIC)
+def test_public_launch_files_give_the_degrees_they_set(name, gpus, model, degrees, mb, gb, seq, precision, zero):
+    r = read_launch(DATA / name, num_gpus=gpus)
+    p = r.plan
+    assert r.model.name == model
+    assert (p.tp, p.pp, p.cp, p.dp, p.ep) == degrees
+    assert (p.micro_batch, p.global_batch, p.seq_len, p.precision, p.zero) == (mb, gb, seq, precision, zero)
+    assert r.not_understood == [], [e.text for e in r.not_understood]  # no unexplained line
+    for e in r.unpriced:
+        assert e.what  # each with its reason
+
+
+@pytest.mark.parametrize("name, gpus", [(n, g) for n, g, *_ in PUBLIC])
+def test_public_launch_files_price_through_the_cli(name, gpus):
+    args = ["--from", str(DATA / name), "--gpu", "h100", "--format", "json"] + (["--gpus", str(gpus)] if gpus else [])
+    res = CliRunner().invoke(estimate_main, args)
+    assert res.exit_code in (0, 3), res.output
+    doc = json.loads(res.stdout)
+    assert doc["step_time_s"] > 0 and doc["memory"]["peak_gib"] > 0
+    assert doc["from"]["framework"] == "megatron"
+    assert doc["plan"]["num_gpus"] == (gpus or 8)
+
+
+def test_the_account_is_printed():
+    res = CliRunner().invoke(estimate_main, ["--from", str(DATA / PUBLIC[1][0]), "--gpu", "h100"])
+    assert res.exit_code in (0, 3)
+    out = res.stdout
+    assert "used (" in out and "not priced (" in out and "defaulted (" in out
+    assert "  117  --tensor-model-parallel-size 1  [tp]" in out
+    assert "--lr 0.00015" in out and "optimizer or schedule hyper-parameter" in out
+    assert "step time" in out
+
+
+# ------------------------------------------------------------------ refusals: one line naming both values
+
+
+def _refused(text: str, suffix: str = ".sh", tmp_path=None, **kw) -> str:
+    f = tmp_path / f"launch{suffix}"
+    f.write_text(text)
+    with pytest.raises(InputError) as ei:
+        read_launch(f, **kw)
+    msg = str(ei.value)
+    assert "\n" not in msg
+    return msg
+
+
+_BASE = ("torchrun --nproc_per_node 8 --nnodes {nodes} pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+         "--num-attention-heads 32 --vocab-size 32000 --seq-length 4096 --micro-batch-size {mb} "
+         "--global-batch-size {gb} --tensor-model-parallel-size {tp} --pipeline-model-parallel-size {pp} {extra}\n")
+
+
+def test_contradictions_are_refused_naming_both_values(tmp_path):
+    msg = _refused(_BASE.format(nodes=1, mb=1, gb=64, tp=4, pp=4, extra=""), tmp_path=tmp_path)
+    assert "tp*pp*cp = 4*4*1 = 16" in msg and "world size 8" in msg
+    msg = _refused(_BASE.format(nodes=2, mb=3, gb=64, tp=2, pp=1, extra=""), tmp_path=tmp_path)
+    assert "global batch 64" in msg and "dp 8 x micro-batch 3" in msg
+    msg = _refused(_BASE.format(nodes=2, mb=1, gb=64, tp=1, pp=1,
+                                extra="--num-experts 10 --expert-model-parallel-size 4"), tmp_path=tmp_path)
+    assert "10 experts" in msg and "ep 4" in msg
+
+
+def test_a_layout_flag_not_understood_is_refused(tmp_path):
+    msg = _refused(_BASE.format(nodes=1, mb=1, gb=64, tp=1, pp=1, extra="--hybrid-context-parallel-layers 4"),
+                   tmp_path=tmp_path)
+    assert "--hybrid-context-parallel-layers" in msg and "not understood" in msg
+
+
+def test_script_that_only_sources_other_files(tmp_path):
+    msg = _refused("#!/bin/bash\nsource ./common.sh\n. ./model.sh\n", tmp_path=tmp_path)
+    assert "only sources other files" in msg and "common.sh" in msg
+
+
+def test_binary_and_huge_files(tmp_path):
+    b = tmp_path / "x.sh"
+    b.write_bytes(b"\x7fELF\0\0\0binary")
+    with pytest.raises(InputError, match="binary file"):
+        read_launch(b)
+    h = tmp_path / "big.sh"
+    h.write_text("# " + "x" * 1_100_000)
+    with pytest.raises(InputError, match="at most"):
+        read_launch(h)
+
+
+def test_unresolved_value_the_plan_needs(tmp_path):
+    msg = _refused(_BASE.format(nodes=1, mb=1, gb=64, tp="$TP", pp=1, extra=""), tmp_path=tmp_path)
+    assert "--tensor-model-parallel-size" in msg and "not defined" in msg
+
+
+# ------------------------------------------------------------------ the shell reader
+
+
+def test_shell_resolves_variables_arrays_and_arithmetic():
+    s = shell.run('GPUS=8\nNODES=${NODES:-4}\nWS=$(($GPUS*$NODES))\nA=(\n  --x 1 # c\n  "--y 2"\n)\nA+=(--z)\n'
+                  'if [[ "$WS" == "32" ]]; then B=yes; else B=no; fi\nrun ${A[@]} $B $WS\n')
+    assert s.vars["WS"] == "32" and s.vars["B"] == "yes"
+    assert [w.text for w in s.commands[-1].words] == ["run", "--x", "1", "--y", "2", "--z", "yes", "32"]
+    assert [w.line for w in s.commands[-1].words][:3] == [10, 5, 5]
+
+
+def test_shell_never_runs_anything_and_is_bounded(tmp_path):
+    marker = tmp_path / "ran"
+    s = shell.run(f"X=$(touch {marker})\n`touch {marker}`\nY=$X\n")
+    assert not marker.exists()
+    assert s.vars["Y"].startswith("$(touch")
+    with pytest.raises(InputError, match="out of range"):
+        shell.run("X=$((2**100000))\n")
+    with pytest.raises(InputError):  # a value doubling itself stops at the bound, not a hang
+        shell.run("X=ab\n" + "X=$X$X\n" * 40)
