@@ -158,7 +158,7 @@ def main(runs: Path, gpu_ref: str, output: Path, sets: tuple[str, ...], iters: i
     """Fit the efficiency terms of a system to measured runs (CSV in the layout of
     planner/published_runs.csv) and write a cluster YAML usable as --gpu."""
     from plan_search.models.io import InputError
-    from plan_search.planner.calibration import error_summary, fit_efficiency, load_runs, predict
+    from plan_search.planner.calibration import MOE_ROWS_SKIPPED, error_summary, fit_efficiency, load_runs, predict
 
     from plan_search.models.output import check_output, write_text_atomic
 
@@ -167,11 +167,17 @@ def main(runs: Path, gpu_ref: str, output: Path, sets: tuple[str, ...], iters: i
     # not the runs file nor the cluster file read (by device and inode: a hard link is caught)
     # a missing directory is created on write, as plan-sweep's and plan-search --plot's (one rule)
     check_output(output, "--output", [runs] + ([Path(gpu_ref)] if doc is not None else []), make_parents=True)
-    records = load_runs(runs, gpu=base_name)
+    skipped: dict[str, int] = {}
+    records = load_runs(runs, gpu=base_name, skipped=skipped)
+    moe = skipped.get("moe", 0)
+    why_moe = f"{moe} mixture-of-experts row(s) of {base_name} skipped: {MOE_ROWS_SKIPPED}"
     if not records:
         others = sorted({r.gpu for r in load_runs(runs)})
         found = f"complete rows are for: {', '.join(others)}" if others else "it has no complete rows"
-        raise InputError(f"runs: no complete rows for {base_name} in {runs.name} ({found})")
+        raise InputError(f"runs: no complete rows for {base_name} in {runs.name} ({found})"
+                         + (f"; {why_moe}" if moe else ""))
+    if moe:
+        click.echo(f"plan-calibrate: {why_moe}", err=True)
 
     click.echo(f"plan-calibrate: fitting {len(records)} run(s) of {base_name} from {runs.name} "
                f"(iters {iters})...", err=True)

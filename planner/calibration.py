@@ -162,6 +162,10 @@ def _num(v: str) -> float | None:
         return None
 
 
+#: The lowest model-FLOPs utilisation a measured run may imply (a millionth of the peak): below it the
+#: figure is a unit slip or a typo, not a training run.
+MIN_MFU = 1e-6
+
 #: Columns of the runs layout that hold numbers (empty = not printed by the source).
 NUMERIC_COLUMNS = ("params_b", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "num_gpus",
                    "tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch", "measured_tflops_per_gpu",
@@ -406,12 +410,23 @@ def _candidates(row: dict, model: ModelSpec, conv: dict, n: int) -> tuple[list[P
 MAX_RUNS_BYTES = 16 * 1024 * 1024
 
 
-def load_runs(path: str | Path | None = None, gpu: str | None = None) -> list[RunRecord]:
+#: Why plan-calibrate leaves the mixture-of-experts rows of a runs file out (one statement, for its messages).
+MOE_ROWS_SKIPPED = (
+    "a runs file's shape columns describe no experts (their count, width, routing, shared experts), so a "
+    "MoE row would be priced as a dense model; MoE efficiency terms are fitted with bench/moe_fidelity.py "
+    "--refit against the catalog's MoE models")
+
+
+def load_runs(path: str | Path | None = None, gpu: str | None = None,
+              skipped: dict[str, int] | None = None) -> list[RunRecord]:
     """Read a runs CSV (default: the project's copy of the published runs) into records.
 
     Rows without a model shape, a GPU count, a batch, or a measurement are skipped: they are
-    not complete configurations. ``gpu`` keeps only rows of that catalog system.
+    not complete configurations; mixture-of-experts rows (``num_experts``) are skipped
+    (:data:`MOE_ROWS_SKIPPED`). ``gpu`` keeps only rows of that catalog system. ``skipped``, when
+    given, counts the rows of that system left out, by reason (``moe``, ``incomplete``).
     """
+    skipped = {} if skipped is None else skipped
     if path is None:
         text = resources.files("plan_search.planner").joinpath("published_runs.csv").read_text(encoding="utf-8")
     else:
@@ -461,24 +476,36 @@ def load_runs(path: str | Path | None = None, gpu: str | None = None) -> list[Ru
         if _num(row.get("num_experts")):
             # Mixture-of-experts rows of runs_2026_12.csv: the dense model built from the shape
             # columns would misprice them; they are left to the expert-parallel cost model.
+            skipped["moe"] = skipped.get("moe", 0) + 1
             continue
         group = source_group(row["source"])
         model = _model_for_row(row)
         n, gb = _int(row.get("num_gpus")), _int(row.get("global_batch"))
         if model is None or not n or not gb:
+            skipped["incomplete"] = skipped.get("incomplete", 0) + 1
             continue
         conv = SOURCE_CONVENTIONS[group]
         cands, free = _candidates(row, model, conv, n)
         if not cands:
+            skipped["incomplete"] = skipped.get("incomplete", 0) + 1
             continue
         rc = (row.get("recompute") or "full").strip().lower()
         measured, how = _measured_step(row, model, group, gb, cands[0].seq_len, n, rc)
         if not measured:
+            skipped["incomplete"] = skipped.get("incomplete", 0) + 1
             continue
         # a measurement faster than the GPU's peak is not a run (an MFU above 1): model FLOPs
         # (full attention, no recomputation) at the GPU's highest peak are a lower bound on time
         floor_s = counting.training_flops_per_iteration(model, gb, cands[0].seq_len, "none", causal=True) / (
             n * max(get_cluster(g).gpu.peak_tflops.values()) * 1e12)
+        # a measurement slower than a millionth of the peak is not a run either (1e-308 TFLOP/s made an infinite
+        # step and a 'math domain error' in the fit)
+        if not math.isfinite(measured) or floor_s / measured < MIN_MFU:
+            col = next(c for c in ("measured_step_time_s", "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu",
+                                   "measured_mfu") if _num(row.get(c)))
+            raise InputError(f"runs: row {i + 1}: {col}: {row[col].strip()[:40]!r} means a step of {measured:.4g} s, "
+                             f"an MFU below {MIN_MFU:g} on {n} {g} (the model's FLOPs take {floor_s:.4g} s "
+                             "there): not a measured run; check the unit (TFLOP/s per GPU, tokens/s per GPU, seconds)")
         if measured < floor_s:
             raise InputError(f"runs: row {i + 1}: the measured {how} means a step of {measured:.4g} s, faster than "
                              f"{floor_s:.4g} s, the model's FLOPs at the peak of {n} {g} (an MFU above 1)")
