@@ -7,7 +7,7 @@
 - an error about ``etp`` names ``etp`` (plan.expert_grid_problem, Plan.check_against), and plan-estimate
   names the model's rule a degree breaks (``--ep 7`` on 8 experts) before the GPU-grid arithmetic;
 - a sweep's table, scenario list and CSV show a choice axis value in its canonical form (`` Flex `` is flex);
-- the CP-SAT path's skyline honours the time limit (front.exhaustive_front with the deadline), and says so;
+- the CP-SAT path's skyline honours the time limit (oracle.exhaustive_front with the deadline), and says so;
   so does the report of the front's points, and a limit that stops the enumeration of explicit GPU counts
   before a valid plan is the reason given (not "no valid plan at 8, 16, ... GPUs");
 - a number knob out of its Plan range is the option's error in both commands (plan-search said
@@ -227,12 +227,13 @@ def test_requests_and_sweeps_take_degree_sets_as_the_options_write_them(tmp_path
 
 
 def _clock_jumps_at(monkeypatch, name: str, after_calls: int = 0) -> dict:
-    """From the ``after_calls + 1``-th call of ``front.<name>`` on, the search's clock reads 1e9 s later
-    (tests/test_time_limits.py's way: deterministic, whatever this machine's speed)."""
+    """From the ``after_calls + 1``-th call of the search's ``name`` on (replaced in every module of the search
+    that holds it), the search's clock reads 1e9 s later (tests/test_time_limits.py's way: deterministic,
+    whatever this machine's speed)."""
     import sys
     import time
 
-    front = sys.modules["plan_search.planner.search.front"]
+    search_mods = [m for k, m in sorted(sys.modules.items()) if k.startswith("plan_search.planner.search.")]
     state = {"offset": 0.0, "calls": 0}
 
     class Clock:
@@ -240,7 +241,7 @@ def _clock_jumps_at(monkeypatch, name: str, after_calls: int = 0) -> dict:
         def perf_counter() -> float:
             return time.perf_counter() + state["offset"]
 
-    real = getattr(front, name)
+    real = next(getattr(m, name) for m in search_mods if hasattr(m, name))
 
     def jumping(*a, **k):
         state["calls"] += 1
@@ -248,8 +249,10 @@ def _clock_jumps_at(monkeypatch, name: str, after_calls: int = 0) -> dict:
             state["offset"] = 1e9
         return real(*a, **k)
 
-    monkeypatch.setattr(front, "time", Clock)
-    monkeypatch.setattr(front, name, jumping)
+    monkeypatch.setattr(sys.modules["plan_search.planner.search.clock"], "time", Clock)
+    for m in search_mods:
+        if getattr(m, name, None) is real:
+            monkeypatch.setattr(m, name, jumping)
     return state
 
 
@@ -260,7 +263,7 @@ def test_the_fronts_points_are_reported_until_the_time_limit(monkeypatch):
             "--tokens", "1e11", "--format", "json"]
     full = json.loads(CliRunner().invoke(search_main, args).stdout)["front"]
     assert len(full) > 2
-    monkeypatch.setattr(sys.modules["plan_search.planner.search.front"], "POINTS_PER_CLOCK", 1)
+    monkeypatch.setattr(sys.modules["plan_search.planner.search.points"], "POINTS_PER_CLOCK", 1)
     _clock_jumps_at(monkeypatch, "evaluate")  # the first evaluate() is the front points' figures
     r = CliRunner().invoke(search_main, args)
     assert r.exit_code == 0, r.output

@@ -1,6 +1,6 @@
 """The search's shortcut for the front's "memory binds" flags (issue 13, speed) gives the answers of
 the long way: with it, the over-memory plans of a front point's GPU count are timed a round at a
-time until one runs faster than the point (``front.LAZY_BINDING``); without it, all of them are.
+time until one runs faster than the point (``binding.LAZY_BINDING``); without it, all of them are.
 The whole result is compared -- front points with their figures and binding flags, the other
 systems' fronts, the recommended plan, the reason and the search statistics -- on a single system
 and on two (whose own fronts carry flags too), with rounds of one plan to walk many rounds."""
@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from plan_search.planner.search import front
+from plan_search.planner.search import binding
 from plan_search.planner.search.front import search
 
 TIMINGS = ("enumerate_s", "evaluate_s", "solve_s", "total_s")
@@ -29,11 +29,11 @@ def _answer(req: dict) -> dict:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("round_size", [1, front.BIND_ROUND])
+@pytest.mark.parametrize("round_size", [1, binding.BIND_ROUND])
 def test_lazy_memory_binding_gives_the_full_answer(case, round_size, monkeypatch):
-    monkeypatch.setattr(front, "BIND_ROUND", round_size)
+    monkeypatch.setattr(binding, "BIND_ROUND", round_size)
     lazy = _answer(CASES[case])
-    monkeypatch.setattr(front, "LAZY_BINDING", False)
+    monkeypatch.setattr(binding, "LAZY_BINDING", False)
     full = _answer(CASES[case])
     assert lazy == full
     points = lazy["front"] + lazy["other_fronts"]

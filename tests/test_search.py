@@ -258,9 +258,10 @@ def test_time_limit_flags_the_front_as_not_proven(monkeypatch):
     import sys
     import time as _time
 
-    mod = sys.modules["plan_search.planner.search.front"]
+    mod = sys.modules["plan_search.planner.search.pricing"]  # where the candidates' memory is priced
     late = {"s": 0.0}
-    monkeypatch.setattr(mod, "time", type("Clock", (), {"perf_counter": staticmethod(
+    clock = sys.modules["plan_search.planner.search.clock"]
+    monkeypatch.setattr(clock, "time", type("Clock", (), {"perf_counter": staticmethod(
         lambda: _time.perf_counter() + late["s"])}))
     real = mod.memory_fit
     monkeypatch.setattr(mod, "memory_fit", lambda *a, **k: (late.update(s=1e9), real(*a, **k))[1])
@@ -275,7 +276,7 @@ def test_time_limit_flags_the_front_as_not_proven(monkeypatch):
 def test_walk_stopped_by_the_limit_keeps_the_points_found(monkeypatch):
     import sys
 
-    mod = sys.modules["plan_search.planner.search.front"]
+    mod = sys.modules["plan_search.planner.search.cpsat"]
     real = mod._solve
     calls = {"n": 0}
 
@@ -319,7 +320,7 @@ def test_default_gpu_range_doubles_until_it_stops_paying():
 
 def test_default_gpu_range_answers_as_its_counts_given_explicitly():
     """The default range's pieces are priced one doubling at a time and read as one space without
-    joining their columns up front (front._JoinedArrays); the same counts given as a list are one
+    joining their columns up front (candidates._JoinedArrays); the same counts given as a list are one
     space joined up front: the same front (plans, figures, what binds), recommendation and counts."""
     a = search(SearchRequest(model="gpt3-175b", gpu=["a100-80gb"]))
     counts = a.inputs.gpu_counts["a100-80gb"]

@@ -15,13 +15,15 @@ from plan_search.cli.search import main as search_cli
 from plan_search.planner.search.request import NoFeasiblePlan
 
 FRONT = "plan_search.planner.search.front"
+SEARCH = "plan_search.planner.search."
+CLOCK = "plan_search.planner.search.clock"
 GPT = dict(model="megatron-gpt-1.7b", gpu=["a100-80gb"], gpus=[8, 16, 32, 64], global_batch=[512], tokens=1e11)
 
 
 def _expire_at(monkeypatch, name: str, module: str = FRONT, after_calls: int = 0, offset_s: float = 1e9) -> dict:
     """From the ``after_calls + 1``-th call of ``module.name`` on, the search's clock reads ``offset_s`` later
-    than the real one (by default past any limit). Returns the counter of calls."""
-    front = sys.modules[FRONT]
+    than the real one (by default past any limit). Returns the counter of calls. ``name`` is replaced in every
+    module of the search that holds the same function (a function is called from several of them)."""
     state = {"offset": 0.0, "calls": 0}
 
     class Clock:
@@ -29,9 +31,8 @@ def _expire_at(monkeypatch, name: str, module: str = FRONT, after_calls: int = 0
         def perf_counter() -> float:
             return time.perf_counter() + state["offset"]
 
-    monkeypatch.setattr(front, "time", Clock)
-    mod = sys.modules[module]
-    real = getattr(mod, name)
+    monkeypatch.setattr(sys.modules[CLOCK], "time", Clock)
+    real = _find(module, name)
 
     def expiring(*args, **kwargs):
         state["calls"] += 1
@@ -39,8 +40,23 @@ def _expire_at(monkeypatch, name: str, module: str = FRONT, after_calls: int = 0
             state["offset"] = offset_s
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(mod, name, expiring)
+    _replace(monkeypatch, module, name, real, expiring)
     return state
+
+
+def _find(module: str, name: str):
+    """``module.name``, or (for the search) the function of that name in whichever of its modules defines it."""
+    if module != FRONT:
+        return getattr(sys.modules[module], name)
+    return next(getattr(m, name) for k, m in sorted(sys.modules.items())
+                if k.startswith(SEARCH) and m is not None and hasattr(m, name))
+
+
+def _replace(monkeypatch, module: str, name: str, real, fake) -> None:
+    mods = [sys.modules[module]] if module != FRONT else \
+        [m for k, m in sorted(sys.modules.items()) if k.startswith(SEARCH) and getattr(m, name, None) is real]
+    for m in mods:
+        monkeypatch.setattr(m, name, fake)
 
 
 @pytest.mark.parametrize("solver", ["cpsat", "exhaustive"])
