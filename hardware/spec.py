@@ -71,7 +71,7 @@ class GPUSpec(_Frozen):
         description="tensor cores apply per-block scale factors in hardware (MXFP8, NVFP4: Blackwell's "
         "5th-generation tensor cores); the mxfp8 and nvfp4 recipes need it",
     )
-    architecture: Literal["volta", "ampere", "ada", "hopper", "blackwell", "cdna3"] | None = Field(
+    architecture: Literal["volta", "ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4"] | None = Field(
         default=None,
         description="the vendor's architecture of the die, which says what a kernel measurement taken on one "
         "part of it applies to (planner.costmodel.compute.cudnn_sdpa_speedup: cuDNN's Hopper measurements); "

@@ -141,8 +141,29 @@ def test_blackwell_entries_have_their_own_datasheet_peaks():
     for n in BLACKWELL:
         assert CATALOG[n].gpu.block_scaling and CATALOG[n].node.intra_node_gbps == 900  # NVLink 5
         assert "sparsity" in CATALOG[n].gpu.sources["peak_tflops"]
-    for n in set(NAMES) - set(BLACKWELL):
+    for n in set(NAMES) - set(BLACKWELL) - set(CDNA4):
         assert not CATALOG[n].gpu.block_scaling
+
+
+CDNA4 = ["mi350x", "mi355x"]
+
+
+def test_cdna4_entries_are_their_own_parts():
+    """MI350X (1000 W, air) and MI355X (1400 W, liquid): the same CDNA 4 die and 288 GB HBM3E at
+    8 TB/s, dense peaks half of AMD's sparse figures (FP4 20.1 and 18.45 PF sparse), each format
+    twice the rate of the one twice as wide, no TF32 matrix rate, and an Infinity Fabric of 7 links
+    at 153.6 GB/s bidirectional."""
+    mi350, mi355 = (CATALOG[n].gpu for n in CDNA4)
+    assert (mi355.peak_tflops["fp4"], mi350.peak_tflops["fp4"]) == pytest.approx((20130 / 2, 18450 / 2), rel=2e-3)
+    for g in (mi350, mi355):
+        assert g.architecture == "cdna4" and g.block_scaling and g.hbm_bandwidth_gbps == 8000
+        assert g.peak_tflops["fp8"] == pytest.approx(2 * g.peak_tflops["bf16"], rel=1e-3)
+        assert g.peak_tflops["fp4"] == pytest.approx(2 * g.peak_tflops["fp8"], rel=1e-3)
+        assert "tf32" not in g.peak_tflops
+    assert mi350.peak_tflops["bf16"] / mi355.peak_tflops["bf16"] == pytest.approx(0.92, abs=0.01)  # 'about 8 percent'
+    assert (mi350.tdp_w, mi355.tdp_w) == (1000, 1400)
+    for n in CDNA4:
+        assert CATALOG[n].node.intra_node_gbps == pytest.approx(7 * 153.6 / 2)
 
 
 def test_h800_is_h100_compute_with_reduced_nvlink():
@@ -435,3 +456,27 @@ def test_file_with_base_and_bad_override_names_the_file(tmp_path):
         resolve_cluster(str(f))
     msg = _one_line(exc)
     assert msg.startswith("cluster c.yaml: node") and "gpus_per_node" in msg
+
+
+def test_cdna4_parts_price_through_plan_estimate():
+    """plan-estimate on the new AMD parts: the MI355X's step is faster than the MI300X's by less than
+    its peak ratio (the same plan: comm and memory-bound work do not scale with the peak), fp8 is
+    faster than bf16 on it, and its efficiency terms are said to be priors (no fitted rows)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from plan_search.cli.estimate import main as estimate
+
+    def est(gpu, *extra):
+        r = CliRunner().invoke(estimate, ["--model", "llama3.1-70b", "--gpu", gpu, "--gpus", "64", "--tp", "8",
+                                          "--pp", "1", "--global-batch", "256", "--seq-len", "8192",
+                                          "--format", "json", *extra])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)
+
+    mi300, mi355, mi355_fp8 = est("mi300x"), est("mi355x"), est("mi355x", "--precision", "fp8")
+    ratio = mi300["step_time_s"] / mi355["step_time_s"]
+    assert 1.2 < ratio < CATALOG["mi355x"].gpu.peak("bf16") / CATALOG["mi300x"].gpu.peak("bf16")
+    assert mi355_fp8["step_time_s"] < mi355["step_time_s"]
+    assert "not fitted" in json.dumps(mi355["efficiency"])
