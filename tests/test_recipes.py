@@ -108,9 +108,9 @@ def test_resolved_knobs_take_the_preferred_value_wherever_the_framework_runs_it(
     from plan_search.planner.frameworks.rules import check
 
     model, cluster, sp, plain, resolve = _dsv3_space("megatron")
-    assert set(resolve) == {"moe_overlap", "moe_grouped_gemm", "fp8_attention", "overlap_tp_comm"}
+    assert set(resolve) == {"moe_overlap", "moe_grouped_gemm", "fp8_attention", "overlap_tp_comm", "moe_dispatcher"}
     assert len(sp) == len(plain)  # one row per layout: the values are not crossed
-    assert {c["moe_dispatcher"] for c in sp.combos} == {"flex", "alltoall"}  # crossed: layout-dependent
+    assert {c["moe_dispatcher"] for c in sp.combos} == {"flex", "alltoall"}  # alltoall at ep 1 (nothing to send)
     assert np.array_equal(sp.x.tp, plain.x.tp) and np.array_equal(sp.x.ep, plain.x.ep)  # same order
     rng = np.random.default_rng(0)
     seen = set()
@@ -124,6 +124,7 @@ def test_resolved_knobs_take_the_preferred_value_wherever_the_framework_runs_it(
             assert "megatron-moe-overlap" in {v.rule.id for v in check("megatron", q, model, cluster)}
         assert p.moe_grouped_gemm == ("fused" if p.etp == 1 else "loop")
         assert p.fp8_attention  # 4,096 tokens per rank: FP8 attention is faster on Blackwell
+        assert p.moe_dispatcher == ("flex" if p.ep > 1 else "alltoall")
     assert (True, "fused") in seen and (False, "fused") in seen
     # a knob the user gives pins it: not resolved, not spanned
     _, _, sp2, _, resolve2 = _dsv3_space("megatron", given={"moe_overlap", "moe_dispatcher"})

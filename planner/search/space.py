@@ -571,10 +571,16 @@ def _tolerant_layouts(gb: int, tol: float, counts, t0, c0, pi0, prod0, max_candi
 #:   (experts._grouped_gemm_s: calls 1 vs groups);
 #: - fp8_attention: the attention rate times compute.fp8_sdpa_speedup, preferred where that is > 1 (the
 #:   rank's sequence, seq/cp, from ~1K tokens on Blackwell).
-#: memory.py reads none of them. The dispatcher (alltoall vs flex: which is faster depends on the layout) and the
-#: pipeline schedule (DualPipe holds two stages' weights) are crossed as given.
+#: - moe_dispatcher flex: sends each token once per rank (and node) it reaches, not once per expert, pads in its
+#:   dispatch (experts.fp8_pad_bytes 0) and needs no second permutation (experts.sort_chunks_bytes 0): never more
+#:   MoE-layer work; its exchange (dispatch.exchange_s) forwards inside the remote nodes, so it is preferred
+#:   where that exchange is not the longer one (every row of DeepSeek-V3, Qwen3, GPT-OSS and Mixtral on A100,
+#:   H100, B300 and GB200 when this was written: flex never slower on 200,000 rows priced both ways), and the
+#:   exposed exchange grows with the exchange (dispatch.ep_layer_comm).
+#: memory.py reads none of them. The pipeline schedule (DualPipe holds two stages' weights) is crossed as given.
 RESOLVED_KNOBS = {"moe_overlap": (True, False), "overlap_tp_comm": (True, False),
-                  "moe_grouped_gemm": ("fused", "loop"), "fp8_attention": (True, False)}
+                  "moe_grouped_gemm": ("fused", "loop"), "fp8_attention": (True, False),
+                  "moe_dispatcher": ("flex", "alltoall")}
 
 
 def recipe_knobs(knobs: Knobs, given, framework: str | None, cluster: ClusterSpec,
@@ -597,6 +603,8 @@ def recipe_knobs(knobs: Knobs, given, framework: str | None, cluster: ClusterSpe
         if k in given or k not in spans:
             continue
         vals = spans[k]
+        if k == "pp_schedule" and not model.is_moe:
+            vals = vals[:1]  # DualPipe's gain is the EP exchange it hides under the paired micro-batch: MoE only
         pref = RESOLVED_KNOBS.get(k)
         if pref and set(vals) == set(pref):
             update[k] = [pref[1]]  # the enumeration's value; the row's is resolved (pref[0] where it runs)
@@ -640,6 +648,20 @@ def _preferred_rows(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, kind8
         ok &= x.tp > 1
     elif knob == "moe_grouped_gemm":
         ok &= bool(model.is_moe)
+    elif knob == "moe_dispatcher":
+        from plan_search.planner.costmodel.dispatch import exchange_s
+        from plan_search.planner.costmodel.plan import DISPATCHER_CODES as _codes
+
+        ok &= (x.ep > 1) & bool(model.is_moe)
+        if ok.any():  # priced once per layout (the rows that differ only in LAYOUT_FREE columns: the step's groups)
+            from plan_search.planner.costmodel.arrays import LAYOUT_FREE, group_rows
+
+            rep, inv = group_rows([getattr(x, f.name) for f in dc_fields(PlanArrays) if f.name not in LAYOUT_FREE], n)
+            one = x.take(rep)
+            with_disp = lambda v: PlanArrays(**{f.name: (np.full(len(rep), _codes[v]) if f.name == "moe_disp"  # noqa: E731
+                                                         else getattr(one, f.name)) for f in dc_fields(PlanArrays)})
+            better = exchange_s(model, cluster, with_disp(values[0])) <= exchange_s(model, cluster, with_disp(values[1]))
+            ok &= better[inv.ravel()]
     elif knob == "fp8_attention":
         from types import SimpleNamespace
 
@@ -792,6 +814,13 @@ def enumerate_space(
     kind8, uneven = kind.astype(np.int8), U[pi].astype(bool)
     blocks = []
     all_combos = list(combos)
+    if resolve:  # every combination a resolved row may take, in a fixed order: the pieces of one search agree
+        for c in combos:
+            names = [k for k in resolve if c.get(k) == resolve[k][1]]
+            for value in range(1, 1 << len(names)):
+                r = {**c, **{k: resolve[k][0] for bit, k in enumerate(names) if value >> bit & 1}}
+                if r not in all_combos:
+                    all_combos.append(r)
     for ci, c in enumerate(combos):
         extra = combo_columns(c, l)
         x = PlanArrays(**core, **{k: constant_column(v, n) for k, v in extra.items()})
@@ -813,31 +842,30 @@ def enumerate_space(
 
 
 def _resolved_blocks(model, cluster, block, combo: dict, resolve: dict, framework, all_combos: list, num_layers: int):
-    """``block`` (rows of one combination, the resolved knobs at their fallbacks) split by the resolved knobs' values
-    (:func:`_preferred_rows`), each part with its combination's columns; new combinations are appended to
-    ``all_combos``. Row order within the block is kept."""
+    """``block`` (rows of one combination, the resolved knobs at their fallbacks) with each row's resolved knobs at
+    the value :func:`_preferred_rows` gives it: the columns those knobs set, and the row's combination (listed up
+    front in ``all_combos`` by :func:`enumerate_space`). One block, the rows in their order."""
     x, k8, un, _ = block
     n = len(x)
     code = np.zeros(n, dtype=np.int64)
     names = [k for k in resolve if combo.get(k) == resolve[k][1]]
     for bit, k in enumerate(names):
         code |= _preferred_rows(model, cluster, x, k8, un, combo, k, resolve[k], framework).astype(np.int64) << bit
-    out = []
-    for value in np.unique(code).tolist():
-        rows = np.flatnonzero(code == value)
-        c = {**combo, **{k: resolve[k][0] for bit, k in enumerate(names) if value >> bit & 1}}
-        if c not in all_combos:
-            all_combos.append(c)
-        ci = all_combos.index(c)
-        part = x.take(rows) if len(rows) < n else x
-        cols = combo_columns(c, num_layers)
-        part = PlanArrays(**{f.name: (constant_column(cols[f.name], len(rows)) if f.name in cols
-                                      else getattr(part, f.name)) for f in dc_fields(PlanArrays)})
-        out.append((part, k8[rows], un[rows], np.full(len(rows), ci, dtype=np.int64)))
-    if len(out) > 1:  # the construction's row order (every tie is broken by it): rows sorted back
-        order = np.argsort(np.concatenate([np.flatnonzero(code == v) for v in np.unique(code).tolist()]), kind="stable")
-        x = PlanArrays(**{f.name: np.concatenate([getattr(b[0], f.name) for b in out])[order]
-                          for f in dc_fields(PlanArrays)})
-        return [(x, np.concatenate([b[1] for b in out])[order], np.concatenate([b[2] for b in out])[order],
-                 np.concatenate([b[3] for b in out])[order])]
-    return out
+    values = np.unique(code).tolist()
+    if values == [0]:
+        return [block]
+    variants = [{**combo, **{k: resolve[k][0] for bit, k in enumerate(names) if v >> bit & 1}} for v in values]
+    index = np.zeros(max(values) + 1, dtype=np.int64)
+    index[values] = np.arange(len(values))
+    slot = index[code]  # each row's variant
+    cols = [combo_columns(c, num_layers) for c in variants]
+    out = {}
+    for f in dc_fields(PlanArrays):
+        if f.name not in cols[0]:
+            out[f.name] = getattr(x, f.name)
+        elif all(np.array_equal(c[f.name], cols[0][f.name]) for c in cols[1:]):
+            out[f.name] = constant_column(cols[0][f.name], n)
+        else:
+            out[f.name] = np.asarray([c[f.name] for c in cols])[slot]
+    cidx = np.asarray([all_combos.index(c) for c in variants], dtype=np.int64)[slot]
+    return [(PlanArrays(**out), k8, un, cidx)]
