@@ -393,7 +393,7 @@ def main(model_ref: str, gpu_ref: str, num_gpus: int, dp: int | None, global_bat
     if from_path is not None:
         knobs = collect(knob_args, multi=False)
         given = [f"--{k.replace('_', '-')}" for k in knobs] + [o for o, v in (
-            ("--dp", dp), ("--global-batch", global_batch), ("--seq-len", seq_len), ("--framework", framework),
+            ("--dp", dp), ("--global-batch", global_batch), ("--framework", framework),
             ("--emit", emit or None)) if v is not None]
         if given:
             raise InputError(f"from: the plan is the file's; leave out {', '.join(given)} (use --improve to search "
@@ -402,7 +402,7 @@ def main(model_ref: str, gpu_ref: str, num_gpus: int, dp: int | None, global_bat
 
         from_file.run(from_path, model_ref=model_ref, gpu_ref=gpu_ref, num_gpus=num_gpus, launch=launch, sets=sets,
                       memory_headroom=memory_headroom, tokens=tokens, checkpoint_interval_h=checkpoint_interval_h,
-                      fmt=fmt, improve=improve, output=output, gpus_move=improve_gpus)
+                      fmt=fmt, improve=improve, output=output, gpus_move=improve_gpus, seq_len=seq_len)
         return
     for opt, v in (("--launch", launch), ("--improve", improve or None), ("--improve-gpus", improve_gpus),
                    ("-o/--output", output)):

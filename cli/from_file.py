@@ -64,11 +64,13 @@ def read_and_price(from_path: str, *, model_ref: str | None, gpu_ref: str | None
 
     given = resolve_model(model_ref) if model_ref else None
     r = read_launch(from_path, model=given, num_gpus=num_gpus, launch=launch, seq_len=seq_len)
+    if seq_len is not None and r.framework != "deepspeed":
+        raise InputError(f"from: the {r.framework} file sets the sequence length; leave out --seq-len")
     if not gpu_ref:
         gpu_ref = r.gpu_ref
     if not gpu_ref:
         raise InputError("gpu: the launch file does not name the GPU type: give --gpu (e.g. --gpu h100)")
-    cluster = apply_overrides(for_framework(resolve_cluster(gpu_ref), r.framework), sets)
+    cluster = apply_overrides(for_framework(resolve_cluster(gpu_ref), r.framework, r.compiled), sets)
     plan = rules.as_run(r.framework, r.plan, r.model, cluster)
     est = estimate(r.model, cluster, plan, memory_headroom=memory_headroom, tokens=tokens,
                    checkpoint_interval_h=checkpoint_interval_h)
@@ -77,7 +79,7 @@ def read_and_price(from_path: str, *, model_ref: str | None, gpu_ref: str | None
 
 def run(from_path: str, *, model_ref, gpu_ref, num_gpus, launch, sets, memory_headroom, tokens,
         checkpoint_interval_h, fmt: str, improve: bool = False, output=None, gpus_move: str | None = None,
-        top: int = 3, time_limit_s: float = 10.0) -> None:
+        top: int = 3, time_limit_s: float = 10.0, seq_len: int | None = None) -> None:
     """The body of ``plan-estimate --from``."""
     from plan_search.cli.common import Infeasible
     from plan_search.cli.estimate import format_table
@@ -85,7 +87,7 @@ def run(from_path: str, *, model_ref, gpu_ref, num_gpus, launch, sets, memory_he
 
     r, plan, cluster, est = read_and_price(from_path, model_ref=model_ref, gpu_ref=gpu_ref, num_gpus=num_gpus,
                                            launch=launch, sets=sets, memory_headroom=memory_headroom, tokens=tokens,
-                                           checkpoint_interval_h=checkpoint_interval_h)
+                                           checkpoint_interval_h=checkpoint_interval_h, seq_len=seq_len)
     better = None
     if improve or output is not None:
         from plan_search.cli import improve as imp

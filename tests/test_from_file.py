@@ -42,17 +42,30 @@ def test_every_kept_file_names_its_origin():
 # ------------------------------------------------------------------ public files: the degrees they set
 
 PUBLIC = [
-    # file, --gpus (None: the file's), model, (tp, pp, cp, dp, ep), micro, global, seq, precision, zero
-    ("megatron-lm_train_gpt3_175b_distributed.sh", 1024, "megatron-gpt-175b", (8, 16, 1, 8, 1), 1, 1536, 2048,
+    # file, --gpus (None: the file's), --model (None: the file's), model, (tp, pp, cp, dp, ep), micro, global, seq,
+    # precision, zero
+    ("megatron-lm_train_gpt3_175b_distributed.sh", 1024, None, "megatron-gpt-175b", (8, 16, 1, 8, 1), 1, 1536, 2048,
      "fp16", 0),
-    ("megatron-lm_train_llama3_8b_h100_fp8.sh", None, "llama3.1-8b", (1, 1, 1, 8, 1), 1, 128, 8192, "fp8", 1),
-    ("megatron-lm_train_mixtral_8x7b_distributed.sh", 64, "mixtral-8x7b", (1, 4, 1, 16, 8), 1, 256, 4096, "bf16", 1),
+    ("megatron-lm_train_llama3_8b_h100_fp8.sh", None, None, "llama3.1-8b", (1, 1, 1, 8, 1), 1, 128, 8192, "fp8", 1),
+    ("megatron-lm_train_mixtral_8x7b_distributed.sh", 64, None, "mixtral-8x7b", (1, 4, 1, 16, 8), 1, 256, 4096,
+     "bf16", 1),
+    ("torchtitan_llama3_8b.toml", None, None, "llama3.1-8b", (1, 1, 1, 64, 1), 1, 64, 8192, "bf16", 3),
+    ("torchtitan_llama3_70b.toml", None, None, "llama3.1-70b", (8, 1, 1, 8, 1), 8, 64, 8192, "bf16", 3),
+    ("torchtitan_llama3_405b.toml", None, None, "llama3.1-405b", (8, 1, 1, 16, 1), 2, 32, 8192, "fp8", 3),
+    ("torchtitan_deepseek_v3_671b.toml", 256, None, "deepseek-v3", (1, 1, 1, 256, 1), 4, 1024, 4096, "bf16", 3),
+    ("torchtitan_deepseek_v3_16b.toml", 64, None, "deepseek-v2-lite", (1, 1, 1, 64, 8), 4, 256, 4096, "bf16", 3),
+    ("torchtitan_qwen3_32b.toml", None, None, "qwen3-32b", (1, 1, 1, 8, 1), 2, 16, 4096, "bf16", 3),
+    ("deepspeedexamples_bf16_master_weight_baseline.json", 64, "llama2-7b", "llama2-7b", (1, 1, 1, 64, 1), 4, 256, 4096,
+     "bf16", 3),
 ]
 
 
-@pytest.mark.parametrize("name, gpus, model, degrees, mb, gb, seq, precision, zero", PUBLIC)
-def test_public_launch_files_give_the_degrees_they_set(name, gpus, model, degrees, mb, gb, seq, precision, zero):
-    r = read_launch(DATA / name, num_gpus=gpus)
+@pytest.mark.parametrize("name, gpus, given, model, degrees, mb, gb, seq, precision, zero", PUBLIC)
+def test_public_launch_files_give_the_degrees_they_set(name, gpus, given, model, degrees, mb, gb, seq, precision,
+                                                       zero):
+    from plan_search.models.catalog import get_model
+
+    r = read_launch(DATA / name, num_gpus=gpus, model=get_model(given) if given else None)
     p = r.plan
     assert r.model.name == model
     assert (p.tp, p.pp, p.cp, p.dp, p.ep) == degrees
@@ -62,15 +75,46 @@ def test_public_launch_files_give_the_degrees_they_set(name, gpus, model, degree
         assert e.what  # each with its reason
 
 
-@pytest.mark.parametrize("name, gpus", [(n, g) for n, g, *_ in PUBLIC])
-def test_public_launch_files_price_through_the_cli(name, gpus):
+@pytest.mark.parametrize("name, gpus, given", [(n, g, m) for n, g, m, *_ in PUBLIC])
+def test_public_launch_files_price_through_the_cli(name, gpus, given):
     args = ["--from", str(DATA / name), "--gpu", "h100", "--format", "json"] + (["--gpus", str(gpus)] if gpus else [])
+    args += ["--model", given] if given else []
     res = CliRunner().invoke(estimate_main, args)
+    if name.startswith("torchtitan_deepseek"):
+        # read (degrees above), but op-level selective AC of a MoE/MLA model's blocks is not priced: the product's
+        # rule refuses it in one line, as plan-estimate --framework torchtitan --recompute selective does
+        assert res.exit_code == 2 and "torchtitan-selective" in res.output and len(res.output.splitlines()) == 1
+        return
     assert res.exit_code in (0, 3), res.output
     doc = json.loads(res.stdout)
     assert doc["step_time_s"] > 0 and doc["memory"]["peak_gib"] > 0
-    assert doc["from"]["framework"] == "megatron"
-    assert doc["plan"]["num_gpus"] == (gpus or 8)
+    assert doc["from"]["framework"] in ("megatron", "torchtitan", "deepspeed", "nemo")
+    assert doc["plan"]["num_gpus"] == (gpus or {"torchtitan_llama3_8b.toml": 64, "torchtitan_llama3_70b.toml": 64,
+                                                "torchtitan_llama3_405b.toml": 128,
+                                                "torchtitan_qwen3_32b.toml": 8}.get(name, 8))
+
+
+def test_torchtitan_preset_names_the_gpu():
+    """torchtitan's presets say '# NOTE: this toml config is a preset for 64 A100 GPUs': no --gpu needed."""
+    res = CliRunner().invoke(estimate_main, ["--from", str(DATA / "torchtitan_llama3_70b.toml"), "--format", "json"])
+    assert res.exit_code in (0, 3), res.output
+    doc = json.loads(res.stdout)
+    assert doc["cluster"].startswith("a100") and doc["plan"]["num_gpus"] == 64
+
+
+def test_hugging_face_auto_values_are_refused(tmp_path):
+    with pytest.raises(InputError, match='"auto" is filled in by the Hugging Face Trainer'):
+        from plan_search.models.catalog import get_model
+
+        read_launch(DATA / "deepspeedexamples_ds_config_z3.json", num_gpus=8, model=get_model("llama2-7b"))
+
+
+def test_toml_with_an_unknown_section_is_refused(tmp_path):
+    f = tmp_path / "job.toml"
+    f.write_text('[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\ndata_parallel_shard_degree = 8\n'
+                 '[turbo]\nwarp = 9\n')
+    with pytest.raises(InputError, match=r"line 6: \[turbo\] is not a section of torchtitan"):
+        read_launch(f)
 
 
 def test_the_account_is_printed():

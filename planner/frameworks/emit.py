@@ -683,8 +683,9 @@ def _parse_toml_subset(text: str) -> dict:
 
 
 def from_torchtitan_toml(text: str, num_layers: int) -> Plan:
-    """The plan of a torchtitan job TOML (``num_layers``: the model's, to read the pipeline split)."""
-    d = _parse_toml(text)
+    """The plan of a torchtitan job TOML (``num_layers``: the model's, to read the pipeline split); ``text`` may
+    be the parsed sections (``planner.frameworks.read`` records which keys this reads)."""
+    d = _parse_toml(text) if isinstance(text, str) else text
     par, tr = d.get("parallelism") or {}, d.get("training") or {}
     ac = d.get("activation_checkpoint") or {}
     rep = int(par.get("data_parallel_replicate_degree", 1))
@@ -954,7 +955,7 @@ def parse_nemo_overrides(text: str) -> dict:
 
 def from_nemo_overrides(overrides: dict | str) -> Plan:
     """The plan of NeMo 2.0 recipe overrides (a dict of dotted paths, or their ``key=value`` text)."""
-    o = parse_nemo_overrides(overrides) if isinstance(overrides, str) else dict(overrides)
+    o = parse_nemo_overrides(overrides) if isinstance(overrides, str) else overrides  # read only (a recording dict stays one)
     g = lambda k, d=None: o.get(k, d)  # noqa: E731
     s = "trainer.strategy."
     try:

@@ -383,7 +383,7 @@ def model_of(ns: _Recording, flags_line: dict[str, int], given: ModelSpec | None
             d["moe_capacity_factor"] = ns.moe_expert_capacity_factor
     # the vocabulary: the flag, the tokenizer, the matching catalog model or --model
     how = "the file's flags"
-    match = _catalog_match(d)
+    match = given if given is not None else _catalog_match(d)
     vocab = ns.vocab_size
     if vocab is None and ns.tokenizer_type in _TOKENIZER_VOCAB:
         vocab = _TOKENIZER_VOCAB[ns.tokenizer_type]
@@ -406,16 +406,12 @@ def model_of(ns: _Recording, flags_line: dict[str, int], given: ModelSpec | None
     name = match.name if match is not None else (given.name if given is not None else "model from launch file")
     d["name"] = name
     d["source"] = "launch file flags"
-    try:
-        m = ModelSpec(**d)
-    except Exception as exc:  # pydantic: one line
-        from plan_search.models.io import error_text
-
-        raise InputError(f"{where}: the flags do not make a model ({error_text(exc)})") from None
+    m = merged_with_catalog(d, match, where, defaulted)
     if match is not None:
         how = f"the file's flags (the shape of catalog model {match.name})"
     if given is not None:
         _compare(m, given, where)
+        how = f"the file's flags; what they do not carry from --model {given.name}"
     return m, how
 
 
@@ -424,14 +420,54 @@ _SHAPE_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_
 
 
 def _catalog_match(d: dict) -> ModelSpec | None:
+    """The catalog model whose shape (layers, widths, heads, experts) the file gives and which agrees with the most
+    of the file's other model fields (activation, norm, vocabulary, ...); None when no shape matches."""
     from plan_search.models.catalog import get_model, model_names
 
+    best, score = None, -1
     for name in model_names():
         m = get_model(name)
-        if all(getattr(m, k) == d.get(k, getattr(m, k) if k.startswith(("num_experts", "experts", "expert")) and
-                                      not d.get("num_experts") else None) for k in _SHAPE_FIELDS):
-            return m
-    return None
+        if m.num_experts != d.get("num_experts", 0):
+            continue
+        if all(getattr(m, k) == d[k] for k in _SHAPE_FIELDS if k in d):
+            agree = sum(getattr(m, k) == v for k, v in d.items() if k in ModelSpec.model_fields and k not in
+                        ("name", "source"))
+            if agree > score:
+                best, score = m, agree
+    return best
+
+
+def merged_with_catalog(d: dict, match: ModelSpec | None, where: str, defaulted: list[Entry],
+                        whose: str = "flags") -> ModelSpec:
+    """The model of the file's fields ``d``; the fields the file does not carry (sliding windows, router bias,
+    ...) from the catalog model whose shape it matches, each listed as defaulted."""
+    from plan_search.models.io import error_text
+
+    try:
+        if match is None:
+            return ModelSpec(**d)
+        try:
+            own = ModelSpec(**d)
+        except Exception:  # the file does not carry every field (NeMo overrides: the recipe's)
+            own = None
+        base = match.model_dump()
+        base.update({k: v for k, v in d.items() if k not in ("name", "source")})
+        base.update(name=match.name, source=f"launch file {whose}; the rest catalog {match.name}")
+        m = ModelSpec(**base)
+    except Exception as exc:  # pydantic: one line
+        raise InputError(f"{where}: the {whose} do not make a model ({error_text(exc)})") from None
+    if own is None:
+        kept = [k for k in ("vocab_size", "activation", "norm", "position", "bias", "tied_embeddings") if k not in d]
+        defaulted.append(Entry(", ".join(f"{k} {getattr(m, k)}" for k in kept), None,
+                               f"from catalog model {match.name}, whose shape the file's {whose} give"))
+        return m
+    for k in ModelSpec.model_fields:
+        if k in ("name", "source", "aliases", "global_batch", "seq_len") or k in d:
+            continue
+        if getattr(m, k) != getattr(own, k):
+            defaulted.append(Entry(f"{k} {getattr(m, k)}", None, f"from catalog model {match.name}, whose shape the "
+                                                                 f"file's {whose} match"))
+    return m
 
 
 def _compare(m: ModelSpec, given: ModelSpec, where: str) -> None:
@@ -547,6 +583,16 @@ def build(flags, text: str, path: str, dialect: str, *, launcher=(), script: she
         if why:
             unpriced.append(Entry(shown, line, why))
             continue
+        if flag == "--recompute-modules":
+            planned = E.selective_modules(plan, m) or ["core_attn"]
+            if plan.recompute != "selective":
+                unpriced.append(Entry(shown, line, "used only with --recompute-granularity selective"))
+            elif sorted(vals) == sorted(planned):
+                used.append(Entry(shown, line, "recompute (the planner's selective set)"))
+            else:
+                unknown.append(Entry(shown, line, f"priced as the planner's selective set ({' '.join(planned)}): "
+                                                  "the estimate is made without this set"))
+            continue
         if _SHAPES.search(flag):
             raise InputError(f"{where}: line {line}: {flag} changes the model or the parallel layout and is not "
                              "understood by this reader: remove it to price the file without it, or leave --from")
@@ -565,7 +611,7 @@ def build(flags, text: str, path: str, dialect: str, *, launcher=(), script: she
 
 #: Flags the plan reader implies without reading them: bf16 is the precision when neither --fp16 nor a low-precision
 #: recipe is given (emit.from_megatron_namespace).
-_IMPLIED = {"--bf16"}
+_IMPLIED = {"--bf16", "--accumulate-allreduce-grads-in-fp32"}
 
 
 def _unpriced_reason(flag: str) -> str | None:

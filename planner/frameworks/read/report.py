@@ -51,6 +51,7 @@ class LaunchRead:
     notes: list[Entry] = field(default_factory=list)
     text: str = ""  # the file as read
     settings: dict[str, Any] = field(default_factory=dict)  # reader-specific: what --improve edits
+    compiled: bool = True  # torchtitan: the compiled kernel profile (hardware.profiles.for_framework)
 
     def as_json(self) -> dict:
         return {"path": self.path, "framework": self.framework, "dialect": self.dialect, "version": self.version,
