@@ -39,10 +39,23 @@ def _fits_anything(model, cluster, counts, gbs, seq, request, knobs,
     return False, float(mem[i]), sp.plan(i)
 
 
+#: Plan fields _describe_plan writes in its head (the degrees) or never (the run's shape).
+_DESCRIBED = frozenset({"num_gpus", "tp", "pp", "dp", "cp", "vpp", "ep", "etp", "micro_batch", "zero", "recompute",
+                        "recompute_layers", "global_batch", "seq_len"})
+
+
 def _describe_plan(p) -> str:
+    """The plan, every knob that makes its figures: the degrees (ep and etp on an expert-parallel plan: the
+    'smallest footprint' of DeepSeek-V3 on 64 H100s named tp8 ... zero2 full, which re-estimated without
+    its ep 64 takes 1,407 GiB, not the 187 GiB stated), then each knob off the Plan's default."""
+    from plan_search.planner.costmodel.knobs import knob_specs
+
     rc = p.recompute + (f"({p.recompute_layers})" if p.recompute_layers else "")
-    return (f"tp{p.tp} pp{p.pp} dp{p.dp} cp{p.cp} vpp{p.vpp} mb{p.micro_batch} zero{p.zero} {rc} "
-            f"on {p.num_gpus} GPUs")
+    experts = f" ep{p.ep} etp{p.etp}" if p.ep * p.etp > 1 else ""
+    others = [f"{k.name} {('on' if v else 'off') if k.kind == 'bool' else v}" for k in knob_specs()
+              if k.name not in _DESCRIBED and (v := getattr(p, k.name)) is not None and v != k.default]
+    return (f"tp{p.tp} pp{p.pp} dp{p.dp} cp{p.cp} vpp{p.vpp}{experts} mb{p.micro_batch} zero{p.zero} {rc}"
+            + (f" ({', '.join(others)})" if others else "") + f" on {p.num_gpus} GPUs")
 
 
 def explain_infeasible(model, systems: list[System], gbs, seq, request, ms: list[dict], cut: str | None = None,
@@ -67,7 +80,9 @@ def explain_infeasible(model, systems: list[System], gbs, seq, request, ms: list
         counts = sorted({int(n) for s in systems for n in s.counts})
         shown = ", ".join(map(str, counts[:6])) + (" ..." if len(counts) > 6 else "")
         near = _nearest_working(model, systems, counts, gbs, seq, request, deadline)
-        why = _forced_expert_problem(request.knobs, counts) or _expert_group_problem(
+        why = _forced_expert_problem(request.knobs, counts) or _default_expert_problem(
+            model, systems, request, counts) or _expert_group_problem(
+            model, systems, request, counts, gbs, seq) or _schedule_problem(
             model, systems, request, counts, gbs, seq) or (
             "tp x pp x cp x dp must equal the GPU count, with tp inside the NVLink domain, pp splitting the "
             "layers and dp x micro-batch dividing the batch")
@@ -139,6 +154,54 @@ def _forced_expert_problem(knobs: Knobs, counts: list[int]) -> str | None:
              "asked" if len(counts) == 1 else "(the most asked)")
     return expert_grid_problem(e, t, g, where,
                                f"or use a multiple of {e * t * p} GPUs" + (" or a lower pp" if p > 1 else ""))
+
+
+def _default_expert_problem(model, systems: list[System], request, counts: list[int]) -> str | None:
+    """Why the default expert-parallel degrees empty the space (no ``--ep`` given): ``ep`` defaults to the
+    powers of two dividing ``num_experts`` that leave at most MAX_LOCAL_EXPERTS experts per rank, else to
+    ``num_experts`` itself; when none of them divides any GPU count asked (33 experts: ep 33; 100,000
+    experts: ep 100,000), that is why, not the layout. Names ep, the domain, and the ep values that would
+    divide a count. None when some default ep divides some count."""
+    from plan_search.planner.search.space import MAX_LOCAL_EXPERTS, _divisors, expert_domain
+
+    knobs = request.knobs
+    if not model.is_moe or knobs.ep or not counts:
+        return None
+    try:
+        eps = sorted({int(e) for s in systems for e in expert_domain(model, s.cluster, knobs)[0]})
+    except InputError:
+        return None
+    if any(n % e == 0 for n in counts for e in eps):
+        return None
+    E = model.num_experts
+    how = (f"the powers of two dividing it with at most {MAX_LOCAL_EXPERTS} experts per rank: "
+           f"{', '.join(f'{e:,}' for e in eps)}" if eps != [E] else
+           f"ep {E:,} itself, as no power of two dividing {E:,} leaves at most {MAX_LOCAL_EXPERTS} experts per rank")
+    fit = [int(d) for d in _divisors(E).tolist() if any(n % d == 0 for n in counts)]
+    e = max(fit)
+    return (f"ep: the default expert-parallel degrees of {model.name}'s {E:,} experts ({how}) divide none of the "
+            f"GPU counts asked; give --ep from the divisors of {E:,} that divide a count ({', '.join(map(str, fit))}: "
+            f"--ep {e} keeps {E // e:,} experts per GPU), or GPU counts that ep {eps[0]:,} divides")
+
+
+def _schedule_problem(model, systems: list[System], request, counts: list[int], gbs, seq) -> str | None:
+    """Why ``pp_schedule dualpipe`` empties the space: it needs an even pp, vpp 1 and an even number of
+    micro-batches per step (Plan's rule); when the same space under 1f1b holds plans, that is why, and the
+    message names the schedule (it blamed the layout). None otherwise."""
+    sched = list(request.knobs.pp_schedule or [])
+    if not sched or "1f1b" in sched:
+        return None
+    knobs = request.knobs.model_copy(update={"pp_schedule": ["1f1b"]})
+    for s in systems:
+        try:
+            if len(_enumerate(model, s.cluster, counts, gbs, seq, request, knobs)):
+                return (f"pp_schedule: dualpipe needs an even pp, vpp 1 and an even number of micro-batches per "
+                        f"step (global batch / (dp x micro-batch)), and no layout at these GPU counts has all three, "
+                        f"while 1f1b layouts exist; use pp_schedule 1f1b (or add it: --pp-schedule 1f1b,dualpipe), "
+                        f"or a global batch with an even number of micro-batches")
+        except InputError:
+            continue
+    return None
 
 
 def _expert_group_problem(model, systems: list[System], request, counts: list[int], gbs, seq) -> str | None:
