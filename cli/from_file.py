@@ -92,11 +92,16 @@ def run(from_path: str, *, model_ref, gpu_ref, num_gpus, launch, sets, memory_he
     if improve or output is not None:
         from plan_search.cli import improve as imp
 
+        from plan_search.models.output import check_output
+
+        if output is not None:  # before the search: never the input, a regular file or none
+            from pathlib import Path
+
+            check_output(Path(output), "--output", [Path(from_path)])
+        r.settings["cluster"] = cluster
         better = imp.alternatives(r, plan, cluster, est, memory_headroom=memory_headroom, tokens=tokens,
                                   checkpoint_interval_h=checkpoint_interval_h, gpus_move=gpus_move, top=top,
                                   sets=sets, time_limit_s=time_limit_s)
-        if output is not None:
-            imp.write_improved(r, better, output, from_path)
     if fmt.lower() == "json":
         doc = json.loads(est.model_dump_json())
         doc["from"] = r.as_json()
@@ -113,7 +118,10 @@ def run(from_path: str, *, model_ref, gpu_ref, num_gpus, launch, sets, memory_he
 
             click.echo("")
             click.echo("\n".join(imp.format_alternatives(r, est, better)))
-            if output is not None:
-                click.echo(f"wrote {output} (the first alternative; {from_path} unchanged)")
+    if output is not None:
+        from plan_search.cli import improve as imp
+
+        imp.write_improved(r, better, output, from_path)  # after the alternatives are printed: a refusal names them
+        click.echo(f"wrote {output} (the first alternative; {from_path} unchanged)", err=fmt.lower() == "json")
     if not est.feasible:
         raise Infeasible(est.reasons[0] if est.reasons else "the plan does not fit")

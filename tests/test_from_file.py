@@ -202,3 +202,62 @@ def test_shell_never_runs_anything_and_is_bounded(tmp_path):
         shell.run("X=$((2**100000))\n")
     with pytest.raises(InputError):  # a value doubling itself stops at the bound, not a hang
         shell.run("X=ab\n" + "X=$X$X\n" * 40)
+
+
+# ------------------------------------------------------------------ --improve and -o
+
+
+def test_improve_prints_alternatives_that_price_as_plan_estimate_prices_them(tmp_path):
+    from plan_search.hardware.profiles import for_framework
+    from plan_search.hardware.resolve import resolve_cluster
+    from plan_search.planner.costmodel.estimate import estimate
+    from plan_search.planner.costmodel.plan import Plan
+
+    src = DATA / "torchtitan_llama3_70b.toml"
+    before = src.read_bytes()
+    res = CliRunner().invoke(estimate_main, ["--from", str(src), "--improve", "--format", "json"])
+    assert res.exit_code in (0, 3), res.output
+    doc = json.loads(res.stdout)
+    alts = doc["improve"]
+    assert 1 <= len(alts) <= 3
+    r = read_launch(src)
+    cluster = for_framework(resolve_cluster("a100"), "torchtitan", r.compiled)
+    for a in alts:
+        p = Plan(**a["plan"])
+        assert (p.num_gpus, p.global_batch, p.seq_len, p.precision) == (64, 64, 8192, "bf16")  # same run
+        e = estimate(r.model, cluster, p, tokens=300e9)
+        assert a["step_time_s"] == e.step_time_s and a["memory_peak_gib"] == e.memory.peak_gib
+        assert a["step_time_s"] < doc["step_time_s"] and a["feasible"]
+        assert a["changes"]
+    assert [a["days"] for a in alts] == sorted(a["days"] for a in alts)
+    assert src.read_bytes() == before  # the input is never changed
+
+
+@pytest.mark.parametrize("name, args", [("torchtitan_llama3_70b.toml", []),
+                                        ("megatron-lm_train_llama3_8b_h100_fp8.sh", ["--gpu", "h100"])])
+def test_output_writes_the_first_alternative_in_the_files_syntax(tmp_path, name, args):
+    from plan_search.planner.frameworks import rules as F
+
+    src = tmp_path / name
+    src.write_bytes((DATA / name).read_bytes())
+    out = tmp_path / ("better" + src.suffix)
+    res = CliRunner().invoke(estimate_main, ["--from", str(src), "--improve", "-o", str(out), "--format", "json"]
+                             + args)
+    assert res.exit_code in (0, 3), res.output
+    first = json.loads(res.stdout)["improve"][0]
+    assert src.read_bytes() == (DATA / name).read_bytes()
+    r = read_launch(out, num_gpus=first["plan"]["num_gpus"])
+    want = F.normalize(r.framework, __import__("plan_search.planner.costmodel.plan", fromlist=["Plan"]).Plan(
+        **first["plan"]), r.model.num_layers)
+    assert F.normalize(r.framework, r.plan, r.model.num_layers) == want
+    # the edit is in place: the file keeps its other lines (comments, data paths) and only the changed settings move
+    old, new = (DATA / name).read_text().splitlines(), out.read_text().splitlines()
+    assert sum(1 for x in old if x not in new) <= len(first["changes"])
+
+
+def test_output_never_over_the_input(tmp_path):
+    src = tmp_path / "job.toml"
+    src.write_bytes((DATA / "torchtitan_llama3_70b.toml").read_bytes())
+    res = CliRunner().invoke(estimate_main, ["--from", str(src), "--improve", "-o", str(src)])
+    assert res.exit_code == 2 and "input" in res.output
+    assert src.read_bytes() == (DATA / "torchtitan_llama3_70b.toml").read_bytes()
