@@ -516,7 +516,8 @@ def require_parquet() -> None:
             return
         except ImportError:
             continue
-    raise InputError("Parquet output needs pyarrow: pip install pyarrow (or write CSV: -o out.csv)")
+    raise InputError("Parquet output needs pyarrow: pip install 'plan-search[parquet]' (or pyarrow; or write CSV: "
+                     "-o out.csv)")
 
 
 def journal_path(output: str | Path) -> Path:

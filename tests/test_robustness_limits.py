@@ -130,3 +130,29 @@ def test_allocate_exit_code_says_whether_the_limit_cut_it():
     if r.exit_code != 3:
         proven = json.loads(r.stdout)["solver"]["proven_optimal"]
         assert (r.exit_code == 4) == (not proven), (r.exit_code, proven)
+
+
+def test_parquet_has_an_extra_and_says_so(monkeypatch):
+    """plan-sweep offers Parquet; the 'parquet' extra installs pyarrow (and 'dev', which CI installs, too:
+    tests/test_sweep.py's Parquet round trip runs there), and without it the refusal names the extra."""
+    tomllib = pytest.importorskip("tomllib")
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(d.startswith("pyarrow") for d in extras["parquet"])
+    assert any(d.startswith("pyarrow") for d in extras["dev"])
+    assert "the `parquet` extra pyarrow for\n`plan-sweep --format parquet`" in (ROOT / "README.md").read_text()
+    import importlib
+
+    from plan_search.models.io import InputError
+    from plan_search.planner.sweep import require_parquet
+
+    require_parquet()  # installed here: no error
+    real = importlib.import_module
+
+    def no_parquet(name, *args, **kwargs):
+        if name in ("pyarrow", "fastparquet"):
+            raise ImportError(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib, "import_module", no_parquet)
+    with pytest.raises(InputError, match=r"pip install 'plan-search\[parquet\]'"):
+        require_parquet()
