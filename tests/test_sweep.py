@@ -323,7 +323,7 @@ def test_parquet_without_pyarrow_is_one_line_exit_2(tmp_path, monkeypatch):
     sweep_file = _write(tmp_path, SMALL)
     r = CliRunner().invoke(main, [str(sweep_file), "-o", str(tmp_path / "o.parquet")])
     assert r.exit_code == 2
-    assert r.output.strip().count("\n") == 0 and "pip install pyarrow" in r.output
+    assert r.output.strip().count("\n") == 0 and "pip install 'plan-search[parquet]'" in r.output
     assert not (tmp_path / "o.parquet").exists() and not journal_path(tmp_path / "o.parquet").exists()
 
 
