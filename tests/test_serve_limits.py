@@ -202,3 +202,33 @@ def test_plan_serve_command_listens_on_loopback_and_stops():
     assert "Traceback" not in p.stderr.read()
     bad = subprocess.run([exe, "--port", "70000"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("error:") and "--port" in bad.stderr
+
+
+def test_readme_states_the_default_limits():
+    """README's plan-serve figures are Limits()'s defaults and the CLI's."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = " ".join(text.split("## plan-serve: a web page and an HTTP JSON API", 1)[1].split("\n## ", 1)[0].split())
+    lim = Limits()
+    stated = {
+        r"bodies of at most (\d+) kB": lim.max_body_bytes // 1024,
+        r"read within (\d+) s": lim.body_timeout_s,
+        r"at most ([\d,]+) GPU counts": lim.max_gpu_counts,
+        r"and (\d+) GPU types a request": lim.max_gpu_types,
+        r"(\d+) sweep scenarios": lim.max_sweep_scenarios,
+        r"a `time_limit_s` of (\d+) s": lim.max_time_limit_s,
+        r"(\d+) CP-SAT threads": lim.max_solver_threads,
+        r"run in (\d+) worker processes": lim.workers,
+        r"with (\d+) requests waiting at most": lim.queue,
+    }
+    for pattern, value in stated.items():
+        m = re.search(pattern, section)
+        assert m, pattern
+        assert float(m.group(1).replace(",", "")) == value, (pattern, value)
+    assert "`http://127.0.0.1:8000/`" in section
+    from plan_search.cli.serve import main
+
+    defaults = {p.name: p.default for p in main.params}
+    assert (defaults["host"], defaults["port"]) == ("127.0.0.1", 8000)

@@ -100,7 +100,7 @@ class Pool:
         loop = asyncio.get_running_loop()
         fut.add_done_callback(lambda f: loop.call_soon_threadsafe(done, f))
         try:
-            status, ctype, body = await asyncio.wait_for(asyncio.wrap_future(fut), limit_s + GRACE_S)
+            status, ctype, body, waited = await asyncio.wait_for(asyncio.wrap_future(fut), limit_s + GRACE_S)
         except asyncio.TimeoutError:
             return _json({"error": "timeout", "field": "time_limit_s",
                           "message": f"time_limit_s: no answer within {limit_s:g} s + {GRACE_S:g} s"}, 504)
@@ -109,7 +109,8 @@ class Pool:
             return _json({"error": "internal", "field": None,
                           "message": "a worker process died (out of memory?); retry"}, 500)
         self.served += 1
-        return Response(body, status_code=status, media_type=ctype)
+        return Response(body, status_code=status, media_type=ctype,
+                        headers={"X-Queue-Wait": f"{waited:.3f}"} if waited else None)
 
     def _restart(self) -> None:
         self.stop()

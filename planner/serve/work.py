@@ -16,7 +16,9 @@ input found while running (a rule a framework breaks, a plan the model cannot ta
 that waited for a worker past its whole time limit.
 
 A request that waited in the queue has the wait taken off its time limit (``waited_s``): the limit
-is the request's from the moment it was admitted, as ``--time-limit`` is the command's.
+is the request's from the moment it was admitted, as ``--time-limit`` is the command's. The result
+echoes the request as given; what a shortened limit cut is in ``stats.cut`` as for any time limit,
+and the wait in the answer's ``X-Queue-Wait`` header (seconds).
 """
 
 from __future__ import annotations
@@ -32,21 +34,30 @@ def _error(status: int, kind: str, message: str, field: str | None = None, **ext
     return status, JSON, json.dumps(body).encode()
 
 
+#: The question a worker answers once at start (a second or less): every module a search imports, the
+#: solver's binding included, and the catalogs are loaded before the first request.
+WARM_UP = {"model": "llama3.1-8b", "gpu": "h100-sxm", "gpus": [8, 16], "tokens": "1B", "time_limit_s": 30}
+
+
 def warm_up() -> None:
-    """A worker's initializer: import what every request uses, the solver's binding included, so
-    the first request of a worker pays none of it."""
-    from plan_search.planner.search import front
-
-    front._import_cp_model()
-    import plan_search.planner.estimate  # noqa: F401
+    """A worker's initializer: one small search and estimate, so the first request of a worker pays
+    no import."""
     import plan_search.planner.frameworks.emit  # noqa: F401
+    from plan_search.planner.estimate import estimate
+    from plan_search.planner.search.front import search
+
+    try:
+        search(WARM_UP)
+        estimate("llama3.1-8b", "h100-sxm", num_gpus=8)
+    except Exception:  # noqa: BLE001 - a warm-up that fails leaves the request to report the error
+        pass
 
 
-def run_job(job, queued_since: float | None, *args, **kwargs) -> tuple[int, str, bytes]:
-    """``job(*args, waited_s=..., **kwargs)`` in the worker: the wait since ``queued_since`` (a wall
-    clock time; None for a request a free worker took at once) is measured here, when it starts."""
+def run_job(job, queued_since: float | None, *args, **kwargs) -> tuple[int, str, bytes, float]:
+    """``job(*args, waited_s=..., **kwargs)`` in the worker, and the wait: since ``queued_since`` (a
+    wall clock time; None for a request a free worker took at once), measured here, when it starts."""
     waited = max(0.0, time.time() - queued_since) if queued_since is not None else 0.0
-    return job(*args, waited_s=waited, **kwargs)
+    return (*job(*args, waited_s=waited, **kwargs), waited)
 
 
 def _bad(exc: BaseException) -> tuple[int, str, bytes]:
@@ -88,6 +99,8 @@ def search_job(request, model, emit: bool = False, front_csv=None, waited_s: flo
                       "time_limit_s")
     try:
         result = search(run, model=model)
+        if run is not request:  # the request echoed as given; stats.cut says what a shortened limit cut
+            result = result.model_copy(update={"request": request})
     except NoFeasiblePlan as exc:
         return _error(409, "infeasible", str(exc), None, reason=exc.reason, system=exc.system,
                       smallest_gib=exc.smallest_gib, usable_gib=exc.usable_gib, capacity_gib=exc.capacity_gib,
