@@ -6,6 +6,7 @@ The public Python API (imported lazily, so ``import plan_search`` and every comm
   :class:`SearchRequest`, a dict of its fields, or keyword arguments in; :class:`SearchResult`
   out; :class:`NoFeasiblePlan` raised when nothing qualifies.
 - :func:`estimate` — every figure of one plan (``plan-estimate``); returns an :class:`Estimate`.
+- :func:`estimate_from` — a launch file priced (``plan-estimate --from``): its account and the :class:`Estimate`.
 - :class:`Plan` — the parallel plan (degrees and knobs), validated on construction.
 - :func:`allocate` — several jobs on a pool of GPUs (``plan-allocate``).
 - :func:`estimate_dataframe`, :func:`front_dataframe`, :func:`request_dataframe` — pandas views.
@@ -31,6 +32,7 @@ _EXPORTS = {
     "NoFeasiblePlan": "plan_search.planner.search.request",
     "Knobs": "plan_search.planner.search.request",
     "estimate": "plan_search.planner.estimate",
+    "estimate_from": "plan_search.planner.api",
     "Estimate": "plan_search.planner.costmodel.estimate",
     "Plan": "plan_search.planner.costmodel.plan",
     "allocate": "plan_search.planner.allocate",

@@ -144,7 +144,7 @@ def _term_changes(old, new) -> list[str]:
 
 @click.command(cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "--version", prog_name="plan-calibrate", message="%(prog)s %(version)s")
-@click.argument("runs", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("runs", type=click.Path(dir_okay=False, path_type=Path), required=False)
 @click.option("--gpu", "gpu_ref", required=True,
               help="catalog system whose rows to fit, or a cluster file with base: (its rows are the base's)")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
@@ -153,8 +153,19 @@ def _term_changes(old, new) -> list[str]:
               help="override of the cluster before fitting, e.g. node.inter_node_gbps=12.5 (kept in the file)")
 @click.option("--iters", type=click.IntRange(1, 100_000), default=200, show_default=True,
               help="Nelder-Mead iterations per start (bounds the fit's run time)")
+@click.option("--from", "from_path", default=None, metavar="FILE",
+              help="a measured run as its launch file (Megatron-LM script, NeMo overrides, torchtitan TOML, DeepSpeed "
+                   "JSON; read as plan-estimate --from reads it), with --step-time or --tokens-per-s")
+@click.option("--step-time", "step_time_s", type=float, default=None, help="with --from: measured seconds per step")
+@click.option("--tokens-per-s", "tokens_per_s", type=float, default=None,
+              help="with --from: measured tokens per second of the whole job")
+@click.option("--memory-gib", "memory_gib", type=float, default=None, help="with --from: measured peak memory per GPU")
+@click.option("--model", "model_ref", default=None, help="with --from: the model when the file does not define it")
+@click.option("--gpus", "num_gpus", type=int, default=None, help="with --from: the GPU count when the file does not say")
 @guarded
-def main(runs: Path, gpu_ref: str, output: Path, sets: tuple[str, ...], iters: int) -> None:
+def main(runs: Path | None, gpu_ref: str, output: Path, sets: tuple[str, ...], iters: int, from_path: str | None = None,
+         step_time_s: float | None = None, tokens_per_s: float | None = None, memory_gib: float | None = None,
+         model_ref: str | None = None, num_gpus: int | None = None) -> None:
     """Fit the efficiency terms of a system to measured runs (CSV in the layout of
     planner/published_runs.csv) and write a cluster YAML usable as --gpu."""
     from plan_search.models.io import InputError
@@ -166,9 +177,21 @@ def main(runs: Path, gpu_ref: str, output: Path, sets: tuple[str, ...], iters: i
     # before the fit (tens of seconds): a regular file or none, in a directory that exists or can be made, and
     # not the runs file nor the cluster file read (by device and inode: a hard link is caught)
     # a missing directory is created on write, as plan-sweep's and plan-search --plot's (one rule)
-    check_output(output, "--output", [runs] + ([Path(gpu_ref)] if doc is not None else []), make_parents=True)
+    if runs is None and from_path is None:
+        raise click.UsageError("Missing argument 'RUNS' (or --from FILE).")
+    inputs = ([runs] if runs is not None else []) + ([Path(from_path)] if from_path else [])
+    check_output(output, "--output", inputs + ([Path(gpu_ref)] if doc is not None else []), make_parents=True)
     skipped: dict[str, int] = {}
-    records = load_runs(runs, gpu=base_name, skipped=skipped)
+    records = load_runs(runs, gpu=base_name, skipped=skipped) if runs is not None else []
+    if from_path is not None:  # a measured run given as its launch file (cli/calibrate_from.py)
+        from plan_search.cli.calibrate_from import record
+
+        records.append(record(from_path, gpu_ref=gpu_ref, model_ref=model_ref, num_gpus=num_gpus, launch=None,
+                              step_time_s=step_time_s, tokens_per_s=tokens_per_s, memory_gib=memory_gib, sets=sets,
+                              index=len(records)))
+        runs = Path(runs.name + " + " + Path(from_path).name) if runs is not None else Path(from_path)
+    elif any(v is not None for v in (step_time_s, tokens_per_s, memory_gib, model_ref, num_gpus)):
+        raise InputError("from: --step-time, --tokens-per-s, --memory-gib, --model and --gpus go with --from FILE")
     moe = skipped.get("moe", 0)
     why_moe = f"{moe} mixture-of-experts row(s) of {base_name} skipped: {MOE_ROWS_SKIPPED}"
     if not records:

@@ -62,7 +62,9 @@ def read_and_price(from_path: str, *, model_ref: str | None, gpu_ref: str | None
     from plan_search.planner.frameworks import rules
     from plan_search.planner.frameworks.read import read_launch
 
-    given = resolve_model(model_ref) if model_ref else None
+    from plan_search.models.spec import ModelSpec
+
+    given = model_ref if isinstance(model_ref, ModelSpec) else resolve_model(model_ref) if model_ref else None
     r = read_launch(from_path, model=given, num_gpus=num_gpus, launch=launch, seq_len=seq_len)
     if seq_len is not None and r.framework != "deepspeed":
         raise InputError(f"from: the {r.framework} file sets the sequence length; leave out --seq-len")

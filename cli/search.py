@@ -471,6 +471,10 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
         from plan_search.models.io import read_document
 
         data = dict(read_document(request_file, "request"))
+        if "from" in data:  # the search around a launch file's plan (planner/frameworks/read/request.py)
+            from plan_search.planner.frameworks.read.request import expand_from
+
+            data = expand_from(dict(data, model=model_ref) if model_ref else data)
     from pydantic import ValidationError
 
     from plan_search.models.io import InputError, short_repr, validation_message

@@ -61,3 +61,19 @@ def request_dataframe(requests: SearchRequest | Iterable[SearchRequest]) -> pd.D
         rows.append(row)
     columns = list(rows[0]) if rows else [k for k in SearchRequest.model_fields if k != "knobs"]
     return pd.DataFrame(rows, columns=columns)
+
+
+def estimate_from(path, *, gpu: str | None = None, model=None, gpus: int | None = None, launch: int | None = None,
+                  seq_len: int | None = None, sets=(), memory_headroom: float = 0.07, tokens=None,
+                  checkpoint_interval_h: float = 1.0):
+    """``plan-estimate --from FILE`` as a function: ``(read, estimate)``, the
+    :class:`~planner.frameworks.read.LaunchRead` (model, plan, and the used / not priced / not understood /
+    defaulted account of the file) and the :class:`Estimate` of the plan as the file's framework runs it.
+    ``gpu`` when the file does not name the GPU type; ``model`` (a name, file or ModelSpec) when it does not define
+    the model; ``gpus`` to give or override the GPU count."""
+    from plan_search.cli.from_file import read_and_price
+
+    r, _plan, _cluster, est = read_and_price(str(path), model_ref=model, gpu_ref=gpu, num_gpus=gpus, launch=launch,
+                                             sets=sets, memory_headroom=memory_headroom, tokens=tokens,
+                                             checkpoint_interval_h=checkpoint_interval_h, seq_len=seq_len)
+    return r, est

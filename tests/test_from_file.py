@@ -261,3 +261,48 @@ def test_output_never_over_the_input(tmp_path):
     res = CliRunner().invoke(estimate_main, ["--from", str(src), "--improve", "-o", str(src)])
     assert res.exit_code == 2 and "input" in res.output
     assert src.read_bytes() == (DATA / "torchtitan_llama3_70b.toml").read_bytes()
+
+
+# ------------------------------------------------------------------ the Python API, requests and plan-calibrate
+
+
+def test_python_api_estimate_from_equals_the_cli():
+    import plan_search
+
+    r, est = plan_search.estimate_from(DATA / "torchtitan_llama3_8b.toml")
+    res = CliRunner().invoke(estimate_main, ["--from", str(DATA / "torchtitan_llama3_8b.toml"), "--format", "json"])
+    doc = json.loads(res.stdout)
+    assert est.step_time_s == doc["step_time_s"] and est.memory.peak_gib == doc["memory"]["peak_gib"]
+    assert r.framework == "torchtitan" and r.plan.num_gpus == 64
+
+
+def test_search_request_from_a_launch_file():
+    import plan_search
+
+    res = plan_search.search({"from": str(DATA / "torchtitan_llama3_70b.toml"), "time_limit_s": 5})
+    assert res.front and all(p.num_gpus == 64 for p in res.front)
+    rec = res.front[0].plan
+    assert (rec.global_batch, rec.seq_len, rec.precision) == (64, 8192, "bf16")
+    # the search's plan beats (or equals) the file's as priced by plan-estimate --from
+    r, est = plan_search.estimate_from(DATA / "torchtitan_llama3_70b.toml")
+    assert res.front[0].step_time_s <= est.step_time_s
+
+
+def test_plan_calibrate_from_a_launch_file(tmp_path):
+    from plan_search.cli.calibrate import main as calibrate_main
+
+    out = tmp_path / "a100-fit.yaml"
+    src = DATA / "megatron-lm_train_gpt3_175b_distributed.sh"
+    res = CliRunner().invoke(calibrate_main, ["--from", str(src), "--gpu", "a100", "--gpus", "1024", "--step-time",
+                                              "30", "--memory-gib", "60", "-o", str(out), "--iters", "20"])
+    assert res.exit_code == 0, res.output
+    before = json.loads(CliRunner().invoke(estimate_main, ["--from", str(src), "--gpu", "a100", "--gpus", "1024",
+                                                           "--format", "json"]).stdout)["step_time_s"]
+    row = next(x for x in res.stdout.splitlines() if "@1024" in x).split()
+    assert float(row[4]) == pytest.approx(before, abs=5e-4)  # 'before' is plan-estimate --from's step
+    after = json.loads(CliRunner().invoke(estimate_main, ["--from", str(src), "--gpu", str(out), "--gpus", "1024",
+                                                          "--format", "json"]).stdout)["step_time_s"]
+    assert abs(after - 30) < abs(before - 30)  # the fitted terms move the file's step towards the measurement
+    bad = CliRunner().invoke(calibrate_main, ["--from", str(src), "--gpu", "a100", "--gpus", "1024", "-o",
+                                              str(tmp_path / "x.yaml")])
+    assert bad.exit_code == 2 and "--step-time" in bad.output

@@ -164,6 +164,10 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
     if fields:
         base = request.model_dump(exclude_unset=True) if isinstance(request, SearchRequest) else dict(request or {})
         request = {**base, **fields}
+    if isinstance(request, dict) and "from" in request:  # a launch file's plan (planner/frameworks/read/request.py)
+        from plan_search.planner.frameworks.read.request import expand_from
+
+        request = expand_from(request)
     if request is None:
         raise InputError("search: give a request (SearchRequest or dict) or its fields as keyword arguments")
     if isinstance(request, SearchRequest):
