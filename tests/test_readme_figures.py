@@ -85,3 +85,42 @@ def test_readme_moe_figures_are_the_benchmarks_output():
     flat = " ".join(README.split())
     assert f"over the {n} published MoE runs with a complete configuration the median error is {median} % " \
            f"and the p90 {p90} %" in flat
+
+
+# ------------------------------------------------------------------ prose figures (docs/figures.py)
+def _figures_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_figures", ROOT / "docs" / "figures.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_prose_figures_are_computed_and_current():
+    """Issue 24: README's prose quoted 233,820 candidates where its first example printed 251,532, an
+    efficiency of 81 % where the table said 87 %, and a Llama-3.1-70B row of the 'Why 80 %' table from an
+    older model. Each marked figure is recomputed from the searches it describes (docs/figures.py)."""
+    p = subprocess.run([sys.executable, str(ROOT / "docs" / "figures.py"), "--check"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    names = {n for _, n in _figures_module().marked()}
+    # the figures the issue found drifting are marked, with every cell of the 'Why 80 %' table
+    assert {"gpt3-a100.candidates", "gpt3-a100.fewest-eff", "why.llama70b.cheapest", "why.llama70b.e9",
+            "why.llama70b.e8", "why.llama70b.e7", "why.llama70b.fastest"} <= names, sorted(names)
+    assert all(f"why.{m}.{c}" in names for m in ("gpt3", "llama8b", "llama70b")
+               for c in ("cheapest", "e9", "e8", "e7", "fastest"))
+
+
+def test_a_stale_prose_figure_is_caught(tmp_path):
+    fig = _figures_module()
+    doc = tmp_path / "doc.md"
+    doc.write_text("up to <!-- figure: gpt3-a100.max-gpus -->8,193<!-- /figure --> GPUs\n")
+    fig.FIGURES = {**fig.FIGURES, "gpt3-a100.max-gpus": lambda: "8,192"}  # no search needed for the mechanism
+    assert fig.process(doc, check=True) == [f"{doc}: gpt3-a100.max-gpus: '8,193' -> '8,192'"]
+    assert "8,193" in doc.read_text()
+    assert fig.process(doc, check=False) and "-->8,192<!--" in doc.read_text()
+    assert fig.process(doc, check=True) == []
+    doc.write_text("<!-- figure: no-such -->1<!-- /figure -->")
+    with pytest.raises(SystemExit, match="unknown figure 'no-such'"):
+        fig.process(doc, check=True)
