@@ -54,8 +54,8 @@ EAGER_OVER_COMPILED = round((5762 / 6667 + 5605 / 6514) / 2, 4)
 #: (parallelize_llama.apply_compile @9dec370); deepspeed: ZeRO-3 per-module flat collectives. How a MoE
 #: layer's local experts' GEMMs run (one kernel, torchtitan's ``torch._grouped_mm``, or one GEMM per expert)
 #: is the plan's ``moe_grouped_gemm``, at each framework's value (planner/frameworks/rules.MEMORY_KNOBS).
-FAMILY_STRUCTURE = {"megatron": {}, "torchtitan": {"kernel_fusion": "compiled", "selective_ac": "op"},
-                    "torchtitan-eager": {"kernel_fusion": "eager", "selective_ac": "op"},
+FAMILY_STRUCTURE = {"megatron": {}, "torchtitan": {"kernel_fusion": "compiled", "selective_ac": "op", "fsdp2": True},
+                    "torchtitan-eager": {"kernel_fusion": "eager", "selective_ac": "op", "fsdp2": True},
                     "deepspeed": {"zero3_flat": True}}
 
 #: Attention kernels: torchtitan runs SDPA's flash backend, FlashAttention-2 (under context
@@ -76,6 +76,7 @@ FAMILY_TERM_SOURCES = {
     ("kernel_fusion", "eager"): "each element-wise op its own pass, planner.costmodel.compute."
                                 "unfused_membound_fwd_bytes",
     ("zero3_flat", True): "DeepSpeed ZeRO-3 per-module flat collectives",
+    ("fsdp2", True): "ZeRO-3 is FSDP2 fully_shard, torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py",
     ("selective_ac", "op"): "selective AC is op-level SAC, torchtitan distributed/activation_checkpoint.py "
                             "(selective_ac_option 'op': every second mm recomputed)",
     "attention_eff": "FlashAttention-2 over cuDNN fused attention on H100, Shah et al. 2024 (FlashAttention-3)",

@@ -235,6 +235,11 @@ class EfficiencySpec(_Frozen):
         "--recompute-modules core_attn, Korthikanti et al. 2022: the attention core) or op (torchtitan's op-level "
         "SAC, activation_checkpoint.selective_ac_option 'op': every second matmul and every non-compute op; "
         "planner.costmodel.memory.op_sac_saved_bytes_per_token)")
+    fsdp2: bool = Field(
+        default=False, description="ZeRO-3 runs as PyTorch FSDP2 (fully_shard per block and a root unit with the "
+        "embedding and output layer): the all-gather copy-out and the reduce-scatter copy-in run on the compute "
+        "stream and the root's gather and last reduce-scatter cannot be prefetched (planner.costmodel.comm."
+        "fsdp2_step_terms)")
     zero3_flat: bool = Field(
         default=False, description="ZeRO-3 collectives as flat per-module rings, each GPU's whole traffic over its "
         "NIC once the shard group leaves the NVLink domain (DeepSpeed ZeRO-3 as Narayanan et al. 2021 Table 2 "

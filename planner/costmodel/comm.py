@@ -266,3 +266,47 @@ def dp_exposed_s(dp: dict, x, fwd_mb, bwd_mb, hide: float, extra: dict | None = 
                         np.maximum(0.0, extra["param_s"] - hide * fwd_mb))
     param = np.where(x.ovl_param, hidden_p, dp["param_s"] + extra["param_s"])
     return {"grad_s": grad, "param_s": param}
+
+
+#: Bytes per unsharded parameter FSDP2 moves on the compute stream per all-gather: the copy-out of the
+#: all-gather output into the unsharded parameters (``foreach_all_gather_copy_out``: the current stream waits
+#: for the gather, then ``split_with_sizes_copy`` reads and writes the bf16 parameters, 2 + 2 B).
+FSDP2_GATHER_COPY_BYTES = 4.0
+#: ... and per reduce-scatter: the copy-in of the unsharded bf16 gradients into the reduce-scatter input in the
+#: reduce dtype (``foreach_reduce``: ``chunk_cat`` on the current stream before ``reduce_scatter_stream.
+#: wait_stream(current_stream)``), 2 B read + 2 or 4 B written (bf16 or fp32 ``reduce_dtype``).
+FSDP2_REDUCE_COPY_READ_BYTES = 2.0
+
+
+def fsdp2_step_terms(params_local, root_params, block_params, x, cluster: ClusterSpec, dp: dict) -> dict:
+    """What FSDP2 (``efficiency.fsdp2``; torch ``fully_shard``, read at pytorch/pytorch@010ae4a8
+    torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py) adds to a ZeRO-3 step beyond its collectives'
+    volume (:func:`dp_step_s`, ``dp``), in seconds per step:
+
+    - ``copy_s``: memory-bound work on the compute stream, which no overlap hides -- every all-gather's
+      copy-out (:data:`FSDP2_GATHER_COPY_BYTES` per unsharded parameter) and every reduce-scatter's
+      copy-in (:data:`FSDP2_REDUCE_COPY_READ_BYTES` + the reduce dtype's bytes), for the GPU's
+      ``params_local`` parameters, as often as ``dp`` gathers and reduces them;
+    - ``edge_s``: the collectives no prefetch can hide. The root unit (the embedding, final norm and
+      output layer, ``root_params``; torchtitan ``apply_fsdp`` wraps each block and then the whole model)
+      is gathered as the forward begins -- nothing runs before it -- and kept to the backward (FSDP2 does
+      not reshard the root after the forward); the last reduce-scatters, of the first block and the root
+      (``block_params + root_params``), run after the last backward computation. Once per micro-batch
+      whose gradients sync, once per step otherwise (pipeline parallelism: one gather, one reduction).
+      The collectives are priced as :func:`dp_step_s` prices them (the shard group, ``zero3_bw_eff``).
+
+    Zero where the plan does not shard (ZeRO < 3 or a shard group of one)."""
+    eff = cluster.efficiency
+    gbytes = np.where(x.fp32_grads, 4.0, 2.0)
+    ds = np.where(x.dp_shard > 0, np.gcd(np.maximum(x.dp_shard, 1), x.dp), x.dp)
+    on = (x.zero == 3) & (ds * x.cp > 1)
+    n_g = dp["n_fwd_gather"] + dp["n_bwd_gather"]
+    copy_bytes = params_local * (FSDP2_GATHER_COPY_BYTES * n_g + (FSDP2_REDUCE_COPY_READ_BYTES + gbytes) * dp["n_red"])
+    hbm = cluster.gpu.hbm_bandwidth_gbps * 1e9 * eff.hbm_eff
+    k_s = members_per_domain(x.tp * x.cp, ds, cluster, x.num_gpus)
+    slow = 1.0 / eff.zero3_bw_eff
+    first_gather = collective_s(ALL_GATHER, 2.0 * root_params, ds, k_s, cluster) * slow
+    last_reduce = collective_s(REDUCE_SCATTER, gbytes * (root_params + block_params), ds, k_s, cluster) * slow
+    n_first = np.where(x.pp > 1, 1.0, dp["n_fwd_gather"])
+    edge = n_first * first_gather + dp["n_red"] * last_reduce
+    return {"copy_s": np.where(on, copy_bytes / hbm, 0.0), "edge_s": np.where(on, edge, 0.0)}

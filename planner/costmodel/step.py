@@ -254,6 +254,13 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, _terms: dic
     extra = {k: dp[k] - dp_dense[k] for k in ("grad_s", "param_s")}  # the expert layers' (MoE), if any
     exposed = comm.dp_exposed_s(dp_dense, x, t["fwd_mb"], t["bwd_mb"], eff.dp_overlap, extra)
     out["dp_comm_s"] = exposed["grad_s"] + exposed["param_s"]
+    if eff.fsdp2 and np.any(x.zero == 3):  # FSDP2's copies on the compute stream, its unprefetchable collectives
+        emb, outl = memory._end_params(model)
+        root = (emb + outl) / x.tp  # the larger end stage's root under pp (first: embedding, last: output)
+        root = np.where(x.pp > 1, np.maximum(emb, outl) / x.tp, root)
+        f2 = comm.fsdp2_step_terms(psi + psi_e, root, experts.layer_params_local(model, x), x, cluster, dp_dense)
+        out["memory_bound_s"] = out["memory_bound_s"] + f2["copy_s"]
+        out["dp_comm_s"] = np.maximum(out["dp_comm_s"], f2["edge_s"])
     out["optimizer_s"] = compute.optimizer_s(psi, cluster, x) + (
         dispatch.expert_optimizer_s(psi_e, cluster=cluster, x=x) if experts_held else 0.0)
     out["optimizer_s"] = out["optimizer_s"] + compute.weight_cast_s(psi + psi_e, cluster, x)  # issue 12
