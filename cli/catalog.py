@@ -198,6 +198,9 @@ def show_cmd(name: str, kind: str, fmt: str) -> None:
     from plan_search.hardware.catalog import canonical_name, closest_names, get_cluster
     from plan_search.models.catalog import get_model, lookup, suggestions
 
+    if kind in ("auto", "model") and _model_file(name) is not None:
+        _show_model_file(_model_file(name), fmt)
+        return
     gpu_hit = canonical_name(name) if kind in ("auto", "gpu") else None
     model_hit = lookup(name) if kind in ("auto", "model") else None
     if gpu_hit and model_hit:
@@ -227,6 +230,68 @@ def show_cmd(name: str, kind: str, fmt: str) -> None:
     else:
         click.echo(header)
         click.echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100).rstrip())
+
+
+def _model_file(name: str):
+    """The path of a model file NAME names (a file, or a directory holding config.json), else None."""
+    from plan_search.models.io import expand_path
+
+    try:
+        p = expand_path(name)
+        if p.is_dir() and (p / "config.json").is_file():
+            return p / "config.json"
+        return p if p.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _show_model_file(path, fmt: str) -> None:
+    """``plan-catalog show FILE``: the spec a model file gives, and for a HF config.json what was read from
+    it: where the name comes from, which key each shape field was read from, the sequence length's rule."""
+    from plan_search.models import hf
+    from plan_search.models.io import load_document
+    from plan_search.models.resolve import load_model_file, looks_like_hf_config
+
+    spec = load_model_file(path)
+    doc = load_document(path, what="model")
+    rec = _model_record(spec.name, spec)
+    moe = f", {_billions(rec['active_params'])} B active" if spec.is_moe else ""
+    data = spec.model_dump(mode="json")
+    read: dict[str, Any] = {"file": str(path)}
+    if looks_like_hf_config(doc):
+        given = doc.get("_name_or_path")
+        family = doc.get("model_type") or (doc.get("text_config") or {}).get("model_type")
+        read.update({
+            "format": "HF config.json",
+            "model_type": family,
+            "name_from": "_name_or_path" if isinstance(given, str) and given.strip() else (
+                "model_type" if spec.name == family else "the file's path"),
+            "keys": hf.keys_read(doc, spec),
+        })
+    else:
+        read["format"] = "plan-search model document"
+    if fmt == "json":
+        _echo_json({"read": read, "model": data})
+        return
+    click.echo(f"# model {spec.name}: {_billions(rec['total_params'])} B parameters{moe}, read from {path}")
+    if "keys" in read:
+        click.echo(f"# {read['format']}, model_type {read['model_type'] or '(none)'}; name from {read['name_from']}")
+        pairs = ", ".join(f"{f} <- {k}" for f, k in read["keys"].items())
+        import textwrap
+
+        for line in textwrap.wrap(f"keys: {pairs}", width=WIDTH - 2):
+            click.echo(f"# {line}")
+        click.echo("# the other fields follow the family's transformers class (models/hf.py)")
+    if spec.seq_len_source:
+        for line in textwrap_wrap(f"seq_len {spec.seq_len:,}: {spec.seq_len_source}"):
+            click.echo(f"# {line}")
+    click.echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100).rstrip())
+
+
+def textwrap_wrap(text: str) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width=WIDTH - 2, break_on_hyphens=False)
 
 
 if __name__ == "__main__":  # pragma: no cover

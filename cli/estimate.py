@@ -193,7 +193,8 @@ def _row_runs(text: str) -> str:
 
 
 #: Short form of planner.estimate.FLOPS_CONVENTION for the table.
-FLOPS_NOTE = "model FLOPs: 6N-style, non-causal attention, no recompute; HFU adds recompute; vs dense bf16 peak"
+FLOPS_NOTE = ("model FLOPs: 6N-style, causal attention as Megatron-Bridge's tables count it, no recompute; HFU "
+              "adds recompute; vs dense bf16 peak")
 
 TIME_ROWS = (
     ("compute", "compute_s"),
@@ -221,7 +222,7 @@ MEMORY_ROWS = (
 )
 
 
-def format_table(est, cluster, model, headroom: float, overrides: Sequence[str] = ()) -> str:
+def format_table(est, cluster, model, headroom: float, overrides: Sequence[str] = (), seq_len_source: str | None = None) -> str:
     """The human-readable report of one :class:`~planner.estimate.Estimate`."""
     p, m, t = est.plan, est.memory, est.time
     gpu_name = cluster.gpu.name
@@ -234,6 +235,8 @@ def format_table(est, cluster, model, headroom: float, overrides: Sequence[str] 
     lines += _wrap(_knobs_line(p, model.num_layers))
     for o in overrides:
         lines += _wrap(f"what-if: {o}")
+    if seq_len_source:  # HF import without --seq-len: the length trained at, stated
+        lines += _wrap(f"seq_len {p.seq_len:,}: {seq_len_source}; --seq-len sets it")
     lines.append("")
 
     lines += _kv("step time", f"{_secs(est.step_time_s)} ({_num(p.global_batch * p.seq_len)} tokens; pipeline "
@@ -241,7 +244,8 @@ def format_table(est, cluster, model, headroom: float, overrides: Sequence[str] 
     lines += _kv("tokens/s", f"{_num(est.tokens_per_s)} total, {_num(est.tokens_per_s_per_gpu, 1)} per GPU")
     lines += _kv("TFLOP/s per GPU",
                  f"model {est.model_tflops_per_gpu:.1f}, hardware {est.hardware_tflops_per_gpu:.1f}")
-    lines += _kv("MFU / HFU", f"{_pct(est.mfu)} / {_pct(est.hfu)}")
+    lines += _kv("MFU / HFU", f"{_pct(est.mfu)} causal / {_pct(est.hfu)}; full-attention MFU "
+                 f"{_pct(est.mfu_full_attention)} (torchtitan's count)")
     lines += _wrap(f"({FLOPS_NOTE})", indent=" " * LABEL, first=" " * LABEL)
     verdict = "feasible" if est.feasible else ("TIGHT (fits the device, not the headroom)" if est.fits_device
                                                else "INFEASIBLE")
@@ -435,7 +439,8 @@ def main(model_ref: str, gpu_ref: str, num_gpus: int, dp: int | None, global_bat
             doc["launch"] = launch.as_json()
             click.echo(json.dumps(doc, indent=2))
     else:
-        click.echo(format_table(est, cluster, model, memory_headroom, overrides))
+        click.echo(format_table(est, cluster, model, memory_headroom, overrides,
+                                model.seq_len_source if seq_len is None else None))
         if launch is not None:
             click.echo("")
             click.echo(format_launch(launch))

@@ -266,6 +266,7 @@ def _front_table(res, shown: list[int]) -> list[str]:
     legend += " (fK: full on K layers/stage)" if any(_rc(front[i].plan).startswith("f") and
                                                      _rc(front[i].plan) != "full" for i in shown) else ""
     legend += "; gb: global batch of the plan" if "gb" in head else ""
+    legend += "; MFU: attention counted causal" if "MFU" in head else ""
     legend += "; GiB: peak memory per GPU" if "GiB" in head else ""
     ref = [fp for fp in front if fp.scaling_efficiency >= 1.0 - 1e-9]
     if any(t[0].startswith("beaten by") for t in tags.values()):
@@ -282,6 +283,8 @@ def format_table(res, show_all: bool = False) -> str:
     lines = _wrap(
         f"plan-search: {inp.model} ({inp.params / 1e9:.1f}B params) on {', '.join(inp.systems)}; "
         f"{_tokens(inp.tokens)} tokens, global batch {batch} x {inp.seq_len:,} tokens", first="")
+    if getattr(inp, "seq_len_source", None):  # HF import: the length trained at, stated (--seq-len sets it)
+        lines += _wrap(f"seq_len {inp.seq_len:,}: {inp.seq_len_source}; --seq-len sets it", first="  ")
     lines.append("")
     lines += _recommended(res)
     lines.append("")
@@ -333,7 +336,8 @@ def _recommended(res) -> list[str]:
     lines += _wrap("plan: " + _plan_line(p, _num_layers(res)))
     lines += _wrap(
         f"step {e.step_time_s:.3f} s, {e.tokens_per_s:,.0f} tokens/s ({e.tokens_per_s_per_gpu:,.0f}/GPU), MFU "
-        f"{100 * e.mfu:.1f}%, exposed comm {100 * e.comm_ratio:.1f}% of the step")
+        f"{100 * e.mfu:.1f}% (causal attention; {100 * e.mfu_full_attention:.1f}% counting it full), exposed comm "
+        f"{100 * e.comm_ratio:.1f}% of the step")
     if run is not None:
         lines += _wrap(f"run: {run.days:,.2f} days, {run.gpu_hours:,.0f} GPU-hours, ${run.cost_usd:,.0f}, "
                        f"{run.energy_kwh:,.0f} kWh ({e.power_kw:,.1f} kW)")

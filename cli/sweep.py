@@ -116,6 +116,8 @@ def format_summary(df, axes, width: int = 80) -> str:
         notes.append(f"system {next(iter(systems))}")
     if same_gpus:
         notes.append("each scenario's plan uses its GPUs")
+    if "MFU" in head:
+        notes.append("MFU: attention counted causal")
     if "bottleneck" in dropped and ok:
         kinds = sorted({str(r["bottleneck"]) for r in ok})
         notes.append("bottleneck " + ", ".join(kinds))

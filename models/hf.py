@@ -13,10 +13,14 @@ num_kv_heads        num_key_value_heads, num_kv_heads, n_head_kv, multi_query_gr
 head_dim            head_dim, kv_channels; default hidden / heads
 ffn_hidden_size     intermediate_size, ffn_dim, n_inner, ffn_hidden_size; default 4h
 vocab_size          vocab_size, padded_vocab_size
-seq_len             rope_scaling.original_max_position_embeddings (the pre-training context of
-                    Llama 3.1-style scaled RoPE; ``rope_parameters`` in transformers-5 dumps),
-                    else max_position_embeddings, n_positions, seq_length,
-                    max_sequence_length; default 2048
+seq_len             the length it trains at, never the context window silently (issue 23):
+                    rope_scaling.original_max_position_embeddings (``rope_parameters`` in
+                    transformers-5 dumps); learned positions: max_position_embeddings,
+                    n_positions, seq_length, max_sequence_length; else the family's published
+                    pre-training length (``PRETRAIN_SEQ_LEN``); else 4,096 capped at the window.
+                    ``seq_len_source`` says which (a request's --seq-len overrides it)
+name                ``hf_model_name``: _name_or_path, the file's name, the cache repository,
+                    the directory, model_type
 tied_embeddings     tie_word_embeddings; default by family (HF's base default is tied, but the
                     Llama/Mistral/Qwen/NeoX/Nemotron/DeepSeek config classes default to untied)
 activation          hidden_act / activation_function / hidden_activation, gated by family:
@@ -136,6 +140,31 @@ QK_NORM_FAMILIES = frozenset({"qwen3", "qwen3_moe", "gemma3", "gemma3_text"})
 SINK_FAMILIES = frozenset({"gpt_oss"})
 # DeepSeek-V2/V3-style configs (Kimi-K2 reuses DeepseekV3ForCausalLM with model_type kimi_k2).
 DEEPSEEK_FAMILIES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2"})
+
+# The training sequence length of a config.json (issue 23): its max_position_embeddings is the context window
+# the model serves (often extended after pre-training: Qwen3-8B 40,960, Qwen2.5 131,072), not the length it was
+# trained at, so it is taken only where the two are the same. In order: the request's --seq-len (the callers);
+# rope_scaling.original_max_position_embeddings (the window before RoPE scaling: Llama 3.1/4, DeepSeek, GPT-OSS,
+# Kimi-K2); a learned position table's size (it cannot be extended); the family's published pre-training length
+# below; else DEFAULT_SEQ_LEN, capped at the context window.
+DEFAULT_SEQ_LEN = 4096
+#: model_type -> (pre-training sequence length, or None for "the context window is it", source).
+PRETRAIN_SEQ_LEN: dict[str, tuple[int | None, str]] = {
+    "qwen3": (4096, "Qwen3 pre-training stages 1-2 ran 4,096 tokens, stage 3 extended to 32,768 (Qwen3 technical "
+                    "report, arXiv 2505.09388, Sec 3.2)"),
+    "qwen2": (4096, "Qwen2/2.5 pre-training ran 4,096 tokens before a 32,768 extension phase (Qwen2.5 technical "
+                    "report, arXiv 2412.15115, Sec 3.1)"),
+    "mixtral": (None, "Mixtral was trained at its full context (Jiang et al. 2024, arXiv 2401.04088, Sec 2: "
+                      "'a context size of 32k tokens')"),
+    "llama4_text": (8192, "Llama 4's pre-RoPE-scaling window (Scout's rope_scaling.original_max_position_embeddings "
+                          "8,192; Meta publishes no pre-training length)"),
+    "bloom": (2048, "BLOOM trained 2,048-token sequences (BigScience 2022, arXiv 2211.05100, Table 3)"),
+}
+for _fam, _alias in (("qwen3_moe", "qwen3"), ("qwen2_moe", "qwen2"), ("llama4", "llama4_text")):
+    PRETRAIN_SEQ_LEN[_fam] = PRETRAIN_SEQ_LEN[_alias]
+#: Llama 1/2/3 (model_type llama, no rope_scaling) pre-trained at their whole window: 2,048 / 4,096 / 8,192
+#: (Touvron et al. 2023, arXiv 2307.09288, Sec 2.2; Dubey et al. 2024, arXiv 2407.21783, Table 3).
+LLAMA_FULL_WINDOW_MAX = 8192
 
 _DROPOUT_KEYS = (
     "attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop", "dropout",
@@ -707,6 +736,84 @@ def _window_fields(cfg: dict[str, Any], family: str, num_layers: int, seq_len: i
     return {"attention_window": window}
 
 
+def _training_seq_len(cfg: dict[str, Any], rope_scaling: dict, family: str, position: str, window_key: str | None,
+                      context: int | None, where: str) -> tuple[int, str]:
+    """The sequence length a config.json's model trains at by default, and the rule that gave it (the order
+    above ``DEFAULT_SEQ_LEN``); the context window (``window_key``: ``context``) only where it is that length."""
+    said = f"{window_key} {context:,}" if context else "no context window"
+    original = rope_scaling.get("original_max_position_embeddings")
+    if original is not None:
+        n = _as_int(original, "original_max_position_embeddings", where)
+        return n, f"rope_scaling.original_max_position_embeddings {n:,} (the window before RoPE scaling; {said})"
+    if position == "learned" and context:
+        return context, f"{window_key} {context:,} (the learned position table)"
+    if family in PRETRAIN_SEQ_LEN:
+        n, why = PRETRAIN_SEQ_LEN[family]
+        if n is None and context:
+            return context, f"{said}: {why}"
+        if n is not None:
+            return n, f"{family}'s pre-training length: {why}" + (f"; {said} is the context window" if context else "")
+    if family == "llama" and context and context <= LLAMA_FULL_WINDOW_MAX:
+        return context, (f"{said}: Llama 1/2/3 pre-trained at their whole window (Touvron et al. 2023 Sec 2.2; "
+                         "Dubey et al. 2024 Table 3)")
+    n = min(DEFAULT_SEQ_LEN, context) if context else DEFAULT_SEQ_LEN
+    return n, (f"the default {DEFAULT_SEQ_LEN:,}" + (f" capped at {said}" if n < DEFAULT_SEQ_LEN else "") +
+               f": no published pre-training length for model_type {family or '(none)'}" +
+               (f"; {said} is the context window" if context and n == DEFAULT_SEQ_LEN else ""))
+
+
+def keys_read(cfg: dict[str, Any], spec: ModelSpec) -> dict[str, str]:
+    """Spec field -> the config.json key it was read from (the first of ``_SPEC_KEYS`` present; the language
+    model under ``text_config`` for multimodal wrappers), for ``plan-catalog show config.json``: the fields
+    ``spec`` (the import of ``cfg``) sets. ``seq_len`` is listed as ``context window``: the key is the window,
+    ``spec.seq_len_source`` the rule that gave seq_len. Fields read by family rule rather than from one key
+    (activation, norm, position, biases ...) are not listed."""
+    if isinstance(cfg.get("text_config"), dict) and not any(k in cfg for k in _SPEC_KEYS["num_layers"].keys):
+        cfg = cfg["text_config"]
+    out = {}
+    for field, entry in _SPEC_KEYS.items():
+        key, _ = _get(cfg, entry.keys)
+        if key is None:
+            continue
+        if field == "seq_len":
+            out["context window"] = key
+        elif getattr(spec, field, None) not in (None, 0, False):
+            out[field] = key
+    for field, key in (("tied_embeddings", "tie_word_embeddings"), ("mtp_num_layers", "num_nextn_predict_layers")):
+        if key in cfg:
+            out[field] = key
+    return out
+
+
+def hf_model_name(cfg: dict[str, Any], path=None) -> str | None:
+    """The model's name as the file gives it: ``_name_or_path`` (its last component), else the file's own
+    name when it is not ``config.json``, else the repository of a Hugging Face cache snapshot
+    (``models--<org>--<name>/snapshots/<hash>/config.json``), else the directory's name when it is not a
+    snapshot hash, else ``model_type``; None when nothing names it."""
+    import re
+    from pathlib import PurePath
+
+    given = cfg.get("_name_or_path") if isinstance(cfg, dict) else None
+    if isinstance(given, str) and given.strip().strip("/\\"):
+        return re.split(r"[/\\]", given.strip().rstrip("/\\"))[-1]
+    if path is not None:
+        p = PurePath(path)
+        if p.stem and p.name != "config.json":
+            return p.stem
+        for part in reversed(p.parts[:-1]):
+            m = re.fullmatch(r"models--[^-].*?--(.+)", part)
+            if m:
+                return m.group(1)
+        parent = p.parent.name
+        if parent and not re.fullmatch(r"[0-9a-f]{40}", parent) and parent != "snapshots":
+            return parent
+    text = cfg.get("text_config") if isinstance(cfg, dict) else None
+    family = cfg.get("model_type") if isinstance(cfg, dict) else None
+    if not family and isinstance(text, dict):
+        family = text.get("model_type")
+    return family if isinstance(family, str) and family.strip() else None
+
+
 def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSpec:
     """Build a :class:`ModelSpec` from a HuggingFace ``config.json`` mapping.
 
@@ -753,12 +860,8 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
     # transformers >= 5 writes rope_parameters (rope_theta and the scaling keys) instead of rope_scaling.
     rope_key = "rope_scaling" if isinstance(cfg.get("rope_scaling"), dict) else "rope_parameters"
     rope_scaling = cfg.get(rope_key) if isinstance(cfg.get(rope_key), dict) else {}
-    seq_key, seq = _get(
-        {"original_max_position_embeddings": rope_scaling.get("original_max_position_embeddings"), **cfg},
-        ("original_max_position_embeddings", "max_position_embeddings", "n_positions", "seq_length",
-         "max_sequence_length"),
-    )
-    seq_len = _as_int(seq, seq_key, where) if seq_key else 2048
+    window_key, window_value = _get(cfg, _SPEC_KEYS["seq_len"].keys)
+    context = _as_int(window_value, window_key, where) if window_key else None
 
     tied = _bool(cfg, ("tie_word_embeddings",))
     if tied is None:
@@ -782,6 +885,8 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
         position = "rotary"
     else:
         position = "learned"
+
+    seq_len, seq_len_source = _training_seq_len(cfg, rope_scaling, family, position, window_key, context, where)
 
     default_bias = family in BIASED_FAMILIES or family in SINK_FAMILIES
     any_bias = _bool(cfg, ("bias", "use_bias", "enable_bias", "add_bias_linear"))
@@ -809,6 +914,7 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
         "ffn_hidden_size": ffn,
         "vocab_size": vocab,
         "seq_len": seq_len,
+        "seq_len_source": seq_len_source,
         "activation": _activation(cfg, family, where),
         "position": position,
         # YaRN: rope_scaling.rope_type (transformers >= 4.45; "type" before it) "yarn"
@@ -841,7 +947,7 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
     if family.startswith("llama4"):  # dense layers use intermediate_size_mlp
         fields["ffn_hidden_size"] = _int(cfg, ("intermediate_size_mlp",), where, required=False) or _hf_default(
             cfg, "ffn_hidden_size", family, ("intermediate_size_mlp",), where) or ffn
-    fields.update(_window_fields(cfg, family, layers, seq_len, where))
+    fields.update(_window_fields(cfg, family, layers, context or seq_len, where))
     mtp = _count(cfg, "num_nextn_predict_layers", where)
     if mtp:
         fields["mtp_num_layers"] = mtp

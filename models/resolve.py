@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from plan_search.models.catalog import DOCUMENT_SUFFIXES, get_model, lookup, raw_entry, suggestions
-from plan_search.models.hf import from_hf_config
+from plan_search.models.hf import from_hf_config, hf_model_name
 from plan_search.models.io import InputError, closest, expand_path, field_name, load_document, short_repr, validation_message
 from plan_search.models.spec import ModelSpec
 
@@ -82,8 +82,7 @@ def load_model_file(path: str | os.PathLike[str]) -> ModelSpec:
     where = f"model {p.name}"
     doc = load_document(p, what="model")
     if looks_like_hf_config(doc):
-        label = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
-        return from_hf_config(doc, label or p.stem, where=where)
+        return from_hf_config(doc, hf_model_name(doc, p.absolute()) or p.stem, where=where)
     return spec_from_document(doc, p.stem, where)
 
 

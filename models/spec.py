@@ -71,6 +71,10 @@ class ModelSpec(NoBoolNumbers):
     )
     vocab_size: int = Field(gt=0, le=100_000_000, description="vocabulary (V)")
     seq_len: int = Field(default=2048, gt=0, le=100_000_000, description="training sequence length (s)")
+    seq_len_source: str | None = Field(
+        default=None, description="where seq_len comes from when it is not the document's own training length "
+        "(HF import: the rule models.hf took); printed beside plans that use it",
+    )
     global_batch: int = Field(
         default=1024, gt=0, le=100_000_000, description="default global batch, in sequences"
     )

@@ -85,14 +85,17 @@ def test_gpt_oss_window_saves_exactly_the_counted_attention_flops():
 
 
 def test_model_flops_count_the_window():
-    """MFU's numerator is counting's training FLOPs (non-causal, local layers at their window)."""
+    """MFU's numerator is counting's training FLOPs (causal, local layers at their window); the
+    full-attention MFU counts the full square (issue 23)."""
     for name in ("gpt-oss-120b", "llama4-scout"):
         m = get_model(name)
         plan = dict(OSS_PLAN, seq_len=32768 if name == "llama4-scout" else 4096)
         e = ps.estimate(m, "h100", **plan)
         model_flops = e.model_tflops_per_gpu * 1e12 * e.step_time_s * plan["num_gpus"]
         assert model_flops == pytest.approx(
-            counting.training_flops_per_iteration(m, plan["global_batch"], plan["seq_len"]), rel=1e-9)
+            counting.training_flops_per_iteration(m, plan["global_batch"], plan["seq_len"], causal=True), rel=1e-9)
+        full = counting.training_flops_per_iteration(m, plan["global_batch"], plan["seq_len"], causal=False)
+        assert e.mfu_full_attention / e.mfu == pytest.approx(full / model_flops, rel=1e-9)
 
 
 def test_unfused_attention_pays_the_full_square_on_windowed_layers():
@@ -136,8 +139,14 @@ def test_mla_attention_core_runs_at_v_head_dim():
     e = ps.estimate(m, "h100", **plan)
     model_flops = e.model_tflops_per_gpu * 1e12 * e.step_time_s * plan["num_gpus"]
     # the MFU numerator carries the MTP depth as Megatron's does (training.py num_floating_point_operations)
-    assert model_flops == pytest.approx(counting.training_flops_per_iteration(m, 4096, 4096), rel=1e-9)
-    assert model_flops > counting.training_flops_per_iteration(m, 4096, 4096, mtp=False)
+    assert model_flops == pytest.approx(counting.training_flops_per_iteration(m, 4096, 4096, causal=True), rel=1e-9)
+    assert model_flops > counting.training_flops_per_iteration(m, 4096, 4096, causal=True, mtp=False)
+
+
+def get_gpu_peak(gpu: str) -> float:
+    from plan_search.hardware.catalog import get_cluster
+
+    return get_cluster(gpu).gpu.peak("bf16")
 
 
 @pytest.mark.parametrize("name,gpu,plan", [
@@ -166,7 +175,11 @@ def test_full_attention_models_unchanged(name, gpu, plan):
     assert compute.attention_fwd_flops(m, x)[0] == pytest.approx(old, rel=1e-12)
     old_model_flops = 3.0 * p.global_batch * s * (counting.layer_gemm_flops_per_token(m) + counting.logits_flops_per_token(m)
                                                  + 4.0 * s * m.num_heads * m.head_dim * m.num_layers)
-    assert e.model_tflops_per_gpu * 1e12 * e.step_time_s * p.num_gpus == pytest.approx(old_model_flops, rel=1e-9)
+    # MFU counts attention causal since issue 23 (half the products), the full-attention MFU Narayanan's count
+    assert e.mfu_full_attention * e.step_time_s * p.num_gpus == pytest.approx(
+        old_model_flops / (get_gpu_peak(gpu) * 1e12), rel=1e-9)
+    causal_flops = old_model_flops - 3.0 * p.global_batch * s * 2.0 * s * m.num_heads * m.head_dim * m.num_layers
+    assert e.model_tflops_per_gpu * 1e12 * e.step_time_s * p.num_gpus == pytest.approx(causal_flops, rel=1e-9)
     # and a window covering the sequence is the same as no window
     d = m.model_dump()
     d.update(attention_window=p.seq_len, global_attention_every=2)

@@ -22,7 +22,7 @@ from plan_search.models.spec import ModelSpec
 DATA = Path(__file__).parent / "data"
 HF = DATA / "hf"
 YAML = DATA / "models"
-IDENTITY = {"name", "source", "aliases"}
+IDENTITY = {"name", "source", "aliases", "seq_len_source"}
 
 
 def shape(m: ModelSpec, exclude: set[str] = frozenset()) -> dict:

@@ -20,7 +20,7 @@ from plan_search.models.resolve import resolve_model
 from plan_search.models.spec import ModelSpec
 
 HF = Path(__file__).parent / "data" / "hf"
-IDENTITY = {"name", "source", "aliases", "global_batch"}  # a HF config has no batch
+IDENTITY = {"name", "source", "aliases", "seq_len_source", "global_batch"}  # a HF config has no batch
 
 
 def shape(m: ModelSpec, exclude=frozenset()) -> dict:

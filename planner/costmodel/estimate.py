@@ -22,7 +22,7 @@ from plan_search.models.spec import ModelSpec
 
 from plan_search.planner.costmodel import compute
 from plan_search.planner.costmodel.arrays import PlanArrays
-from plan_search.planner.costmodel.evaluate import GIB, evaluate
+from plan_search.planner.costmodel.evaluate import GIB, MFU_CONVENTION, evaluate
 from plan_search.planner.costmodel.memory import DEFAULT_MEMORY_HEADROOM, STAGES
 from plan_search.planner.costmodel.plan import Plan
 from plan_search.planner.costmodel.step import TIME_KEYS
@@ -113,7 +113,11 @@ class Estimate(_Doc):
     tokens_per_s_per_gpu: float
     model_tflops_per_gpu: float
     hardware_tflops_per_gpu: float
-    mfu: float
+    mfu: float = Field(description="model FLOPs / (step x GPUs x dense bf16 peak), attention counted causal "
+                       "(mfu_convention)")
+    mfu_full_attention: float = Field(description="the same MFU with attention counted over the full s x s square "
+                                      "(torchtitan's logs)")
+    mfu_convention: str = Field(description="which attention count mfu uses, and whose reports use it")
     hfu: float
     flops_convention: str
     feasible: bool
@@ -137,7 +141,7 @@ class Estimate(_Doc):
         row.update({k: plan[k] for k in plan if k != "num_gpus"})
         row["grad_accum"] = self.plan.grad_accum
         for k in ("params", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu",
-                  "hardware_tflops_per_gpu", "mfu", "hfu", "feasible", "fits_device", "bottleneck", "comm_ratio", "power_kw"):
+                  "hardware_tflops_per_gpu", "mfu", "mfu_full_attention", "hfu", "feasible", "fits_device", "bottleneck", "comm_ratio", "power_kw"):
             row[k] = d[k]
         row["reasons"] = "; ".join(d["reasons"])
         for k, v in d["memory"].items():
@@ -160,8 +164,9 @@ class Estimate(_Doc):
 
 
 FLOPS_CONVENTION = (
-    "model FLOPs = 6*params-style matmul count with full (non-causal) attention, no recompute "
-    "(Megatron-LM/PaLM); hardware FLOPs add recomputation; MFU/HFU against the dense bf16 peak"
+    "model FLOPs = 6*params-style matmul count with causal attention, no recompute (Megatron-Bridge's "
+    "tables, Megatron-LM's logs; mfu_full_attention counts the full square, as torchtitan's logs); hardware "
+    "FLOPs add recomputation; MFU/HFU against the dense bf16 peak"
 )
 
 
@@ -373,6 +378,8 @@ def pack(m: ModelSpec, c: ClusterSpec, p: Plan, r: dict, i: int, tokens: float |
         model_tflops_per_gpu=g(r["model_tflops_per_gpu"]),
         hardware_tflops_per_gpu=g(r["hardware_tflops_per_gpu"]),
         mfu=g(r["mfu"]),
+        mfu_full_attention=g(r["mfu_full_attention"]),
+        mfu_convention=MFU_CONVENTION,
         hfu=g(r["hfu"]),
         flops_convention=FLOPS_CONVENTION,
         feasible=feasible,

@@ -6,10 +6,12 @@ and (for a token budget) days, GPU-hours, dollars and energy.
 
 Conventions:
 
-- *Model FLOPs* (MFU): ``training_flops_per_iteration(recompute="none", causal=False)``, the
-  Megatron-LM / PaLM count (attention counted over the full ``s x s`` square); *hardware FLOPs*
-  (HFU) add what recomputation redoes. MFU and HFU are against the dense bf16 peak, whatever
-  the GEMM precision (so FP8 runs can exceed 50%), and say so in the output.
+- *Model FLOPs* (MFU): ``training_flops_per_iteration(recompute="none", causal=True)``: attention
+  counted over the causal half of the ``s x s`` square (:data:`MFU_CONVENTION`: what Megatron-Bridge's
+  performance tables and Megatron-LM's logs report); ``mfu_full_attention`` is the same step counted
+  over the full square (torchtitan's logs, PaLM, Narayanan et al. 2021). *Hardware FLOPs* (HFU) add
+  what recomputation redoes (causal, as the kernels execute it). MFU and HFU are against the dense
+  bf16 peak, whatever the GEMM precision (so FP8 runs can exceed 50%), and say so in the output.
 - Run time for ``tokens``: ``ceil(tokens / (global_batch * seq)) * max(step, data-read time)``,
   stretched by blocking checkpoint writes (``checkpoint bytes / storage write bandwidth`` every
   ``checkpoint_interval_h``). Checkpoint = bf16 weights + fp32 master, momentum, variance
@@ -36,26 +38,39 @@ from plan_search.planner.costmodel.arrays import LAYOUT_FREE, PlanArrays, group_
 GIB = memory.GIB
 CHECKPOINT_BYTES_PER_PARAM = 14.0
 
+#: The attention convention of MFU (issue 23): causal, the frameworks' own reports' count. Megatron-Bridge's
+#: performance tables print its num_floating_point_operations (src/megatron/bridge/training/utils/flop_utils.py,
+#: "Only half of the attention matrix is non-zero" since r0.1.0 @684a6861, core_attn_seq_factor / 2 at
+#: @067f987d) and Megatron-LM's logs the same count (megatron/training/training.py @d98e8a64, "causal mask
+#: (only half of the mask is non-zero)"). torchtitan's logs count the full square ("we follow the convention
+#: and do not account for sparsity in causal attention": torchtitan/models/utils.py
+#: get_dense_model_nparams_and_flops @b5bcd76c), as PaLM and Narayanan et al. 2021 do: ``mfu_full_attention``.
+MFU_CONVENTION = ("causal attention (Megatron-Bridge's performance tables and Megatron-LM's logs count it so: "
+                  "flop_utils.py@067f987d, training.py@d98e8a64); full-attention count (torchtitan's logs, "
+                  "models/utils.py@b5bcd76c) in mfu_full_attention")
 
-def _flops_per_token_terms(model: ModelSpec, x: PlanArrays):
-    """Weight-GEMM, attention (non-causal count, local layers at their window:
+
+def _flops_per_token_terms(model: ModelSpec, x: PlanArrays, causal: bool = True):
+    """Weight-GEMM, attention (the causal count unless ``causal`` is False, local layers at their window:
     :func:`counting.attention_flops_per_token`) and logits forward FLOPs per token, each with its
     share of the multi-token-prediction depths (DeepSeek-V3; Megatron-LM's
     ``num_floating_point_operations`` counts them too: training.py @ d98e8a64)."""
-    mtp_block, mtp_attn, mtp_head = counting.mtp_flops_terms_per_token(model, x.seq, causal=False)
+    mtp_block, mtp_attn, mtp_head = counting.mtp_flops_terms_per_token(model, x.seq, causal=causal)
     gemm = counting.layer_gemm_flops_per_token(model) + mtp_block
-    attn = counting.attention_flops_per_token(model, x.seq, causal=False) + mtp_attn
+    attn = counting.attention_flops_per_token(model, x.seq, causal=causal) + mtp_attn
     return gemm, attn, counting.logits_flops_per_token(model) + mtp_head
 
 
-def model_flops_per_iteration(model: ModelSpec, x: PlanArrays):
-    """Model FLOPs of one step: forward + backward, no recomputation (MFU's numerator)."""
-    gemm, attn, logits = _flops_per_token_terms(model, x)
+def model_flops_per_iteration(model: ModelSpec, x: PlanArrays, causal: bool = True):
+    """Model FLOPs of one step: forward + backward, no recomputation (MFU's numerator; ``causal``:
+    :data:`MFU_CONVENTION`, False for the full-attention count)."""
+    gemm, attn, logits = _flops_per_token_terms(model, x, causal)
     return x.gb.astype(float) * x.seq * 3.0 * (gemm + attn + logits)
 
 
 def hardware_flops_per_iteration(model: ModelSpec, x: PlanArrays):
-    """FLOPs the GPUs execute in one step, recomputation included (Narayanan et al. count)."""
+    """FLOPs the GPUs execute in one step, recomputation included (Narayanan et al.'s count, attention causal
+    as the kernels execute it)."""
     gemm, attn, _ = _flops_per_token_terms(model, x)
     layers_stage = np.maximum(np.maximum(x.first, x.last), 1)
     rc_frac = np.minimum(x.rc_layers, layers_stage) / layers_stage
@@ -127,6 +142,7 @@ def run_figures(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st: dict,
             "model_tflops_per_gpu": model_tflops,
             "hardware_tflops_per_gpu": hw_tflops,
             "hfu": hw_tflops * 1e12 / peak_bf16,
+            "mfu_full_attention": model_flops_per_iteration(model, x, causal=False) / step_s / n / peak_bf16,
         })
     out["mfu"] = model_tflops * 1e12 / peak_bf16
     exposed_comm = sum(st["breakdown"][k] for k in ("tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s", "ep_comm_s"))

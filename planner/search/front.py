@@ -340,7 +340,8 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
     )
     inputs = ResolvedInputs(model=model.name, params=counting.total_params(model), systems=labels,
                             gpu_counts={s.name: s.counts for s in systems},  # long ranges echoed as LO..HI:STEP
-                            global_batch=list(gbs), seq_len=seq, tokens=req.tokens)
+                            global_batch=list(gbs), seq_len=seq, tokens=req.tokens,
+                            seq_len_source=None if req.seq_len else model.seq_len_source)
     return SearchResult(front=front, recommended=recommended, recommended_index=rec_index, objective=req.objective,
                         reason=reason, landmarks=marks, other_fronts=others, stats=stats, inputs=inputs, request=req,
                         recommended_command=estimate_command(req, _gpu_ref(req, rec_sys.name), rec_plan))

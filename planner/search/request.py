@@ -490,7 +490,9 @@ class FrontPoint(_Doc):
     step_time_s: float
     tokens_per_s: float
     tokens_per_s_per_gpu: float
-    mfu: float
+    mfu: float = Field(description="MFU, attention counted causal (Estimate.mfu_convention)")
+    mfu_full_attention: float | None = Field(default=None, description="MFU with attention counted over the full "
+                                             "s x s square (torchtitan's logs)")
     memory_gib: float = Field(description="peak memory per GPU (worst stage)")
     memory_usable_gib: float
     comm_ratio: float
@@ -567,6 +569,9 @@ class ResolvedInputs(_Doc):
     global_batch: list[int]
     seq_len: int
     tokens: float
+    seq_len_source: str | None = Field(
+        default=None, description="where seq_len came from when the request did not give it and the model file "
+        "states a rule (HF import: never the context window silently)")
 
 
 class SearchResult(_Doc):
