@@ -762,6 +762,87 @@ def _training_seq_len(cfg: dict[str, Any], rope_scaling: dict, family: str, posi
                (f"; {said} is the context window" if context and n == DEFAULT_SEQ_LEN else ""))
 
 
+# Architecture fields a launch configuration carries (issue 23; no parameter or FLOP count depends on them).
+# Absent keys take the family's transformers config class default (the __init__ signatures of
+# LlamaConfig, MistralConfig, Qwen2Config, Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig, DeepseekV2Config,
+# DeepseekV3Config: rms_norm_eps 1e-6; MixtralConfig rope_theta 1e6; GptOssConfig rope_theta 150000;
+# Llama4TextConfig rope_theta 500000, use_qk_norm True; GPTNeoXConfig rotary_pct 0.25; NemotronConfig
+# partial_rotary_factor 0.5; Qwen2MoeConfig/Qwen3MoeConfig/DeepseekV2Config norm_topk_prob False,
+# DeepseekV3Config True; DeepseekV2Config routed_scaling_factor 1.0, DeepseekV3Config 2.5), else the spec's.
+_ARCH_DEFAULTS: dict[str, dict[str, Any]] = {
+    **{f: {"norm_eps": 1e-6} for f in ("llama", "mistral", "qwen2", "qwen3", "deepseek_v2")},
+    "qwen2_moe": {"norm_eps": 1e-6, "router_norm_topk": False},
+    "qwen3_moe": {"norm_eps": 1e-6, "router_norm_topk": False},
+    "deepseek_v3": {"norm_eps": 1e-6, "router_norm_topk": True, "router_topk_scaling": 2.5},
+    "mixtral": {"rope_theta": 1e6},
+    "gpt_oss": {"rope_theta": 150000.0},
+    "llama4_text": {"rope_theta": 500000.0, "qk_l2_norm": True},
+    "gpt_neox": {"rotary_percent": 0.25},
+    "nemotron": {"rotary_percent": 0.5},
+}
+_ARCH_DEFAULTS["deepseek_v2"]["router_norm_topk"] = False
+
+
+def _float(cfg: dict[str, Any], keys: tuple[str, ...], where: str) -> float | None:
+    key, value = _get(cfg, keys)
+    if key is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (
+            float("inf"), float("-inf")):
+        raise InputError(f"{where}: {key} must be a number (got {short_repr(value)})")
+    return float(value)
+
+
+def _arch_fields(cfg: dict[str, Any], family: str, position: str, rope: dict, where: str) -> dict[str, Any]:
+    """Rotary base and scaling, norm epsilon, LayerNorm1p, Llama 4's L2 QK norm, the router's top-k
+    normalization and scaling: the fields a launch configuration needs to rebuild the model."""
+    dflt = _ARCH_DEFAULTS.get(_hf_class(family), {})
+    out: dict[str, Any] = {}
+    eps = _float(cfg, ("rms_norm_eps", "rms_norm_epsilon", "layer_norm_eps", "layer_norm_epsilon",
+                       "layernorm_epsilon", "norm_epsilon", "norm_eps"), where)
+    if eps is not None or "norm_eps" in dflt:
+        out["norm_eps"] = eps if eps is not None else dflt["norm_eps"]
+    if family == "nemotron":  # HF NemotronLayerNorm1P
+        out["layernorm_1p"] = True
+    if family.startswith("llama4"):
+        qk = cfg.get("use_qk_norm")
+        out["qk_l2_norm"] = bool(qk) if qk is not None else dflt.get("qk_l2_norm", False)
+    if position == "rotary":
+        theta = _float({**rope, **cfg}, ("rope_theta", "rotary_emb_base"), where)
+        if theta is not None or "rope_theta" in dflt:
+            out["rope_theta"] = theta if theta is not None else dflt["rope_theta"]
+        pct = _float(cfg, ("rotary_pct", "partial_rotary_factor"), where)
+        if pct is not None or "rotary_percent" in dflt:
+            out["rotary_percent"] = pct if pct is not None else dflt["rotary_percent"]
+        kind = rope.get("rope_type") or rope.get("type")
+        if kind in ("yarn", "llama3"):
+            out["rope_scaling"] = kind
+            out["rope_factor"] = _float(rope, ("factor",), where)
+            out["rope_original_max_position"] = _int(rope, ("original_max_position_embeddings",), where,
+                                                      required=False)
+            if kind == "llama3":
+                out["rope_low_freq_factor"] = _float(rope, ("low_freq_factor",), where)
+                out["rope_high_freq_factor"] = _float(rope, ("high_freq_factor",), where)
+            else:  # transformers' _compute_yarn_parameters: beta_fast or 32, beta_slow or 1
+                out["rope_beta_fast"] = _float(rope, ("beta_fast",), where) or 32.0
+                out["rope_beta_slow"] = _float(rope, ("beta_slow",), where) or 1.0
+                out["rope_mscale"] = _float(rope, ("mscale",), where)
+                out["rope_mscale_all_dim"] = _float(rope, ("mscale_all_dim",), where)
+    if cfg.get("norm_topk_prob") is not None:
+        out["router_norm_topk"] = bool(cfg["norm_topk_prob"])
+    elif "router_norm_topk" in dflt:
+        out["router_norm_topk"] = dflt["router_norm_topk"]
+    elif family.startswith("llama4"):  # HF Llama4Router: sigmoid of the top score, not renormalized
+        out["router_norm_topk"] = False
+    if family.startswith("llama4"):
+        out["router_score"] = "sigmoid"
+    scale = _float(cfg, ("routed_scaling_factor",), where)
+    scale = scale if scale is not None else dflt.get("router_topk_scaling")
+    if scale is not None and scale != 1.0:
+        out["router_topk_scaling"] = scale
+    return out
+
+
 def keys_read(cfg: dict[str, Any], spec: ModelSpec) -> dict[str, str]:
     """Spec field -> the config.json key it was read from (the first of ``_SPEC_KEYS`` present; the language
     model under ``text_config`` for multimodal wrappers), for ``plan-catalog show config.json``: the fields
@@ -917,9 +998,8 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
         "seq_len_source": seq_len_source,
         "activation": _activation(cfg, family, where),
         "position": position,
-        # YaRN: rope_scaling.rope_type (transformers >= 4.45; "type" before it) "yarn"
-        "rope_scaling": "yarn" if position == "rotary" and (
-            rope_scaling.get("rope_type") or rope_scaling.get("type")) == "yarn" else None,
+        # YaRN / llama3: rope_scaling.rope_type (transformers >= 4.45; "type" before it), with its parameters
+        **_arch_fields(cfg, family, position, rope_scaling, where),
         "tied_embeddings": tied,
         "norm": norm,
         "bias": bias,

@@ -80,10 +80,45 @@ class ModelSpec(NoBoolNumbers):
     )
     activation: Literal["gelu", "relu2", "swiglu", "geglu"] = "gelu"
     position: Literal["learned", "rotary", "alibi"] = "learned"
-    rope_scaling: Literal["yarn"] | None = Field(
+    rope_scaling: Literal["yarn", "llama3"] | None = Field(
         default=None, description="rotary positions scaled by YaRN (HF rope_scaling rope_type 'yarn': GPT-OSS, "
-        "DeepSeek-V2/V3, Kimi-K2); other scalings (llama3, linear) only change the frequencies: None",
+        "DeepSeek-V2/V3, Kimi-K2) or Llama 3.1's frequency scaling ('llama3': Llama 3.1, Llama 4 Scout); other "
+        "scalings (linear, dynamic) are not modelled: None",
     )
+    # Architecture fields a launch configuration must carry to rebuild the model (issue 23); they change no
+    # parameter or FLOP count. HF keys: models/hf.py.
+    rope_theta: float = Field(
+        default=10000.0, gt=0, le=1e12, allow_inf_nan=False,
+        description="rotary base (HF rope_theta / rotary_emb_base); 10,000 is RoPE's (Su et al. 2021) and the "
+        "frameworks' default",
+    )
+    rotary_percent: float = Field(
+        default=1.0, gt=0, le=1, allow_inf_nan=False,
+        description="share of each head's width that is rotated (HF rotary_pct / partial_rotary_factor: GPT-NeoX "
+        "0.25, Nemotron 0.5)",
+    )
+    rope_factor: float | None = Field(default=None, gt=0, le=1e6, allow_inf_nan=False,
+                                      description="rope_scaling factor (yarn, llama3)")
+    rope_original_max_position: int | None = Field(
+        default=None, gt=0, le=100_000_000, description="rope_scaling original_max_position_embeddings (yarn, llama3)")
+    rope_low_freq_factor: float | None = Field(default=None, gt=0, le=1e6, allow_inf_nan=False,
+                                               description="llama3 rope_scaling low_freq_factor")
+    rope_high_freq_factor: float | None = Field(default=None, gt=0, le=1e6, allow_inf_nan=False,
+                                                description="llama3 rope_scaling high_freq_factor")
+    rope_beta_fast: float | None = Field(default=None, gt=0, le=1e6, allow_inf_nan=False,
+                                         description="yarn rope_scaling beta_fast")
+    rope_beta_slow: float | None = Field(default=None, gt=0, le=1e6, allow_inf_nan=False,
+                                         description="yarn rope_scaling beta_slow")
+    rope_mscale: float | None = Field(default=None, ge=0, le=1e6, allow_inf_nan=False,
+                                      description="yarn rope_scaling mscale (DeepSeek MLA)")
+    rope_mscale_all_dim: float | None = Field(default=None, ge=0, le=1e6, allow_inf_nan=False,
+                                              description="yarn rope_scaling mscale_all_dim (DeepSeek MLA)")
+    norm_eps: float = Field(default=1e-5, gt=0, le=1, allow_inf_nan=False,
+                            description="epsilon of every norm (HF rms_norm_eps / layer_norm_eps ...)")
+    layernorm_1p: bool = Field(default=False, description="LayerNorm weights stored as w - 1 (zero-centred "
+                               "gamma: Nemotron's LayerNorm1p)")
+    qk_l2_norm: bool = Field(default=False, description="weightless L2 norm of queries and keys (Llama 4 "
+                             "use_qk_norm; no parameters)")
     tied_embeddings: bool = False
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     bias: bool = Field(default=True, description="linear layers carry biases")
@@ -119,6 +154,15 @@ class ModelSpec(NoBoolNumbers):
         description="expert capacity as a multiple of the balanced load tokens*k/E (excess tokens dropped); None = dropless",
     )
     shared_expert_gate: bool = Field(default=False, description="sigmoid gate on the shared expert (Qwen2-MoE): h params/MoE layer")
+    router_topk_scaling: float | None = Field(
+        default=None, gt=0, le=1e6, allow_inf_nan=False,
+        description="routed experts' weights multiplied by this (DeepSeek routed_scaling_factor); None = 1",
+    )
+    router_norm_topk: bool = Field(
+        default=True, description="the k routing weights are renormalized to sum to 1 (HF norm_topk_prob; "
+        "Mixtral, GPT-OSS, Qwen3-MoE, DeepSeek-V3); False: the scores before top-k as they are (Qwen2-MoE, "
+        "DeepSeek-V2)",
+    )
 
     v_head_dim: int | None = Field(default=None, gt=0, le=100_000, description="value/output head width; default head_dim")
     q_lora_rank: int | None = Field(

@@ -91,7 +91,7 @@ def test_hf_import_and_bad_input():
     yarn = {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 64}
     assert from_hf_config({**base, "rope_scaling": yarn}, "tiny").rope_scaling == "yarn"
     assert from_hf_config({**base, "rope_scaling": {"type": "yarn", "factor": 4.0}}, "tiny").rope_scaling == "yarn"
-    assert from_hf_config({**base, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "tiny").rope_scaling is None
+    assert from_hf_config({**base, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "tiny").rope_scaling == "llama3"
     assert from_hf_config(base, "tiny").rope_scaling is None
     gpt3 = get_model("gpt-3-175b")
     assert gpt3.position == "learned"

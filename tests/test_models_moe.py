@@ -462,7 +462,9 @@ def test_transformers5_config_dump_reads_the_same():
     q = json.loads((HF / "qwen3-235b-a22b.json").read_text())
     q5 = {k: v for k, v in q.items() if k not in ("num_experts", "rope_scaling", "rope_theta")}
     q5.update(num_local_experts=128, rope_parameters={"rope_theta": 5000000, "rope_type": "default"})
-    assert shape(from_hf_config(q5, "q")) == shape(from_hf_config(q, "q"))
+    # (the 2507 dump's rope_theta 5,000,000 is read from rope_parameters: issue 23)
+    assert shape(from_hf_config(q5, "q"), {"rope_theta"}) == shape(from_hf_config(q, "q"), {"rope_theta"})
+    assert (from_hf_config(q5, "q").rope_theta, from_hf_config(q, "q").rope_theta) == (5e6, 1e6)
 
 
 # ---------------------------------------------------------------- FLOPs against a framework's own count
