@@ -191,27 +191,133 @@ def megatron_precision_args(p: Plan, num_layers: int) -> list[str]:
     return a
 
 
-def megatron_model_args(m: ModelSpec, seq_len: int) -> list[str]:
-    """The model shape flags."""
+#: Megatron-LM's Llama 3.1 RoPE scaling (--use-rope-scaling): only the factor is a flag; low/high frequency factors
+#: and the original window are apply_scaling's defaults (megatron/core/models/common/embeddings/rope_utils.py and
+#: rotary_pos_embedding.py @000c4ac2: low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192).
+MEGATRON_LLAMA3_ROPE = {"rope_low_freq_factor": 1.0, "rope_high_freq_factor": 4.0, "rope_original_max_position": 8192}
+#: MLATransformerConfig's YaRN fields without a flag at 000c4ac2 (transformer_config.py: original_max_position_embeddings
+#: 4096, beta_fast 32, beta_slow 1); the --yarn-* flags of @d98e8a64 reach the non-MLA config only.
+MEGATRON_MLA_YARN = {"rope_original_max_position": 4096, "rope_beta_fast": 32.0, "rope_beta_slow": 1.0}
+#: GPT-OSS's clamped SwiGLU is x * sigmoid(1.702 x) on the clamped gate times (up + 1) (HF GptOssExperts, alpha
+#: 1.702): Megatron's quick GeGLU with a clamp and a GLU offset, as Megatron-Bridge's GPT-OSS bridge sets it
+#: (src/megatron/bridge/models/gpt_oss/gpt_oss_bridge.py @067f987d: quick_gelu, clamp 7.0, glu_linear_offset 1.0).
+GPT_OSS_GLU_OFFSET = 1.0
+
+
+def megatron_vocab_divisor(vocab: int, tp: int) -> int | None:
+    """``--make-vocab-size-divisible-by`` that keeps the vocabulary exact (Megatron pads it up to a multiple of this
+    x tp, 128 by default: arguments.py _vocab_size_with_padding); None when 128 already does, or when no divisor can
+    (a vocabulary not divisible by tp: the padded rows are then the framework's)."""
+    if vocab % (128 * tp) == 0:
+        return None
+    d = 64
+    while d >= 1 and vocab % (d * tp):
+        d //= 2
+    return d if d >= 1 else None
+
+
+def _vocab_unexpressed(m: ModelSpec, tp: int) -> dict[str, str]:
+    if m.vocab_size % (128 * tp) and megatron_vocab_divisor(m.vocab_size, tp) is None:
+        pad = 128 * tp
+        return {"vocab_size": f"{m.vocab_size:,} is padded to {-(-m.vocab_size // pad) * pad:,} (a multiple of "
+                              f"--make-vocab-size-divisible-by x tp; no divisor keeps it at tp {tp})"}
+    return {}
+
+
+def _chunked_unexpressed(m: ModelSpec, who: str) -> dict[str, str]:
+    if m.attention_window is None or m.attention_window_kind != "chunked":
+        return {}
+    why = f"{m.attention_window}-token chunked attention, every {m.global_attention_every}th layer global (Llama 4): {who}"
+    return {"attention_window": why, "attention_window_kind": why, "global_attention_every": why}
+
+
+def megatron_unexpressed(m: ModelSpec, tp: int = 1) -> dict[str, str]:
+    """The model's fields Megatron-LM's flags cannot set to the spec's value (field -> why), named in the notes."""
+    out: dict[str, str] = _vocab_unexpressed(m, tp)
+    out.update(_chunked_unexpressed(m, "no Megatron-LM flag (the NoPE global layers are --no-rope-freq)"))
+    if m.position == "rotary" and m.rope_scaling == "llama3":
+        for k, v in MEGATRON_LLAMA3_ROPE.items():
+            if getattr(m, k) is not None and getattr(m, k) != v:
+                out[k] = f"{getattr(m, k):g} (Megatron-LM's --use-rope-scaling fixes {v:g})"
+    if m.position == "rotary" and m.rope_scaling == "yarn" and m.is_mla:
+        for k, v in MEGATRON_MLA_YARN.items():
+            if getattr(m, k) is not None and getattr(m, k) != v:
+                out[k] = f"{getattr(m, k):g} (MLATransformerConfig's {v:g}, no flag)"
+    if m.position == "rotary" and float(m.rope_theta) != int(m.rope_theta):
+        out["rope_theta"] = f"{m.rope_theta:g} (--rotary-base takes an integer)"
+    if m.shared_expert_gate:
+        out["shared_expert_gate"] = "Qwen2-MoE's shared-expert gate has no flag at the kept commit"
+    if m.router_bias:
+        out["router_bias"] = "the router's trained bias (GPT-OSS) has no flag at the kept commit"
+    if m.activation == "geglu":
+        out["activation"] = "geglu is written as --quick-geglu (x * sigmoid(1.702 x)), not the tanh-GELU GLU"
+    return out
+
+
+def megatron_model_args(m: ModelSpec, seq_len: int, tp: int = 1) -> list[str]:
+    """The model's flags: shape, positions (rotary base, share and scaling), norm and its epsilon, activation,
+    biases, embeddings, attention variants (QK norms, sinks, windows) and the vocabulary kept exact at ``tp``."""
     a = ["--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
          "--ffn-hidden-size", str(m.ffn_hidden_size), "--num-attention-heads", str(m.num_heads)]
     if m.num_kv_heads != m.num_heads:
         a += ["--group-query-attention", "--num-query-groups", str(m.num_kv_heads)]
     if m.head_dim * m.num_heads != m.hidden_size:
         a += ["--kv-channels", str(m.head_dim)]
+    yarn_gpt = m.position == "rotary" and m.rope_scaling == "yarn" and not m.is_mla
     a += ["--max-position-embeddings", str(max(seq_len, m.seq_len)),
-          "--position-embedding-type", _POS[m.position], "--normalization", _NORM[m.norm]]
-    if m.activation in _ACT_FLAG:
+          "--position-embedding-type", "yarn" if yarn_gpt else _POS[m.position], "--normalization", _NORM[m.norm],
+          "--norm-epsilon", repr(float(m.norm_eps))]
+    if m.layernorm_1p:
+        a.append("--apply-layernorm-1p")
+    if m.position == "rotary":
+        a += ["--rotary-base", str(int(m.rope_theta))]
+        if m.rotary_percent != 1.0:
+            a += ["--rotary-percent", repr(float(m.rotary_percent))]
+        if m.rope_scaling == "llama3":
+            a += ["--use-rope-scaling", "--rope-scaling-factor", repr(float(m.rope_factor or 8.0))]
+        elif m.rope_scaling == "yarn":
+            a += ["--rotary-scaling-factor", repr(float(m.rope_factor or 1.0))]
+            if m.rope_mscale is not None:
+                a += ["--mscale", repr(float(m.rope_mscale))]
+            if m.rope_mscale_all_dim is not None:
+                a += ["--mscale-all-dim", repr(float(m.rope_mscale_all_dim))]
+            if yarn_gpt:
+                a += ["--yarn-original-max-position-embeddings", str(m.rope_original_max_position or 4096),
+                      "--yarn-beta-fast", repr(float(m.rope_beta_fast or 32.0)),
+                      "--yarn-beta-slow", repr(float(m.rope_beta_slow or 1.0))]
+                if m.attention_sinks:  # GPT-OSS: rope_scaling truncate false (Megatron-Bridge's bridge sets it)
+                    a.append("--no-yarn-correction-range-round-to-int")
+        if m.attention_window is not None and m.attention_window_kind == "chunked" and m.global_attention_every:
+            a += ["--no-rope-freq", str(m.global_attention_every)]  # Llama 4: the global layers are NoPE
+    if m.activation_clamp is not None:  # GPT-OSS (GPT_OSS_GLU_OFFSET)
+        a += ["--quick-geglu", "--activation-func-clamp-value", repr(float(m.activation_clamp)),
+              "--glu-linear-offset", repr(GPT_OSS_GLU_OFFSET)]
+    elif m.activation in _ACT_FLAG:
         a.append(_ACT_FLAG[m.activation])
     if not m.bias:
         a.append("--disable-bias-linear")
         if m.qkv_bias:
             a.append("--add-qkv-bias")
+    if m.qk_norm:
+        a.append("--qk-layernorm")
+    if m.qk_l2_norm:
+        a.append("--qk-l2-norm")
+    if m.attention_sinks:
+        a += ["--softmax-type", "learnable"]
+    if m.attention_window is not None and m.attention_window_kind == "sliding":
+        # HF sliding_window W attends W tokens, the query's own included: Megatron's window (W-1, 0)
+        # (Megatron-Bridge gpt_oss_bridge.py @067f987d: window_size = (sliding_window - 1, 0))
+        a += ["--window-size", f"{m.attention_window - 1},0"]
+        if m.global_attention_every:
+            a += ["--window-attn-skip-freq", str(m.global_attention_every)]
     if not m.tied_embeddings:
         a.append("--untie-embeddings-and-output-weights")
     if not m.dropout:
         a += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
     a += ["--vocab-size", str(m.vocab_size)]
+    d = megatron_vocab_divisor(m.vocab_size, tp)
+    if d is not None:
+        a += ["--make-vocab-size-divisible-by", str(d)]
     return a
 
 
@@ -264,6 +370,10 @@ def megatron_moe_args(p: Plan, m: ModelSpec) -> list[str]:
               str(m.num_shared_experts * (m.shared_expert_ffn_hidden_size or m.expert_ffn_hidden_size))]
     if getattr(m, "router_score", "softmax") == "sigmoid":
         a += ["--moe-router-score-function", "sigmoid"]
+    elif not m.router_norm_topk:  # the softmax before top-k, not renormalized (Qwen2-MoE, DeepSeek-V2)
+        a.append("--moe-router-pre-softmax")
+    if m.router_topk_scaling is not None:
+        a += ["--moe-router-topk-scaling-factor", repr(float(m.router_topk_scaling))]
     if getattr(m, "router_expert_bias", False):
         a.append("--moe-router-enable-expert-bias")
     if getattr(m, "router_num_groups", 0):
@@ -290,7 +400,8 @@ def to_megatron_args(plan: Plan, model: ModelSpec, cluster=None) -> list[str]:
     Megatron-FSDP (with its required ``--ckpt-format fsdp_dtensor``).
     """
     p = fw.require("megatron", plan, model, cluster)
-    args = megatron_parallel_args(p, model.num_layers) + megatron_memory_args(p) + megatron_model_args(model, p.seq_len)
+    args = (megatron_parallel_args(p, model.num_layers) + megatron_memory_args(p)
+            + megatron_model_args(model, p.seq_len, p.tp))
     args += megatron_moe_args(p, model)
     mods = selective_modules(p, model)
     if mods:
@@ -841,6 +952,7 @@ def to_nemo_overrides(plan: Plan, model: ModelSpec, cluster=None, gpus_per_node:
     else:
         o.update({"model.config.recompute_granularity": "full", "model.config.recompute_method": "block",
                   "model.config.recompute_num_layers": p.recompute_layers // p.vpp})
+    o.update(nemo_model_overrides(m, p.tp))
     o.update(nemo_moe_overrides(p, m))
     o.update(nemo_memory_overrides(p))
     _unknown("nemo", o)
@@ -887,6 +999,76 @@ def _nemo_memory_knobs(g) -> dict:
     return out
 
 
+def nemo_unexpressed(m: ModelSpec, tp: int = 1) -> dict[str, str]:
+    """The model's fields NeMo's overrides cannot carry (field -> why): the recipe's config class sets them."""
+    out = _vocab_unexpressed(m, tp)
+    out.update(_chunked_unexpressed(m, "the recipe's"))
+    if m.position == "rotary" and m.rope_scaling == "llama3":
+        out["rope_scaling"] = "llama3: Llama 3.1 RoPE scaling is the recipe's config class's (Llama31Config)"
+    keys = {"llama3": ("rope_factor", "rope_original_max_position", "rope_low_freq_factor", "rope_high_freq_factor"),
+            "yarn": ("rope_factor", "rope_original_max_position", "rope_beta_fast", "rope_beta_slow", "rope_mscale",
+                     "rope_mscale_all_dim")}.get(m.rope_scaling or "", ()) if m.position == "rotary" else ()
+    for k in keys:
+        v = getattr(m, k)
+        out[k] = (f"{'default' if v is None else format(v, 'g')}: {m.rope_scaling} RoPE scaling is the recipe's "
+                  "config class's (Llama31Config, DeepSeekV3Config, GPTOSSConfig), not a TransformerConfig override")
+    out["activation"] = (f"{m.activation}: activation_func is a Python callable, the recipe's "
+                         "(gated_linear_unit is written)")
+    if m.router_bias:
+        out["router_bias"] = "the router's trained bias (GPT-OSS) is the recipe's"
+    return out
+
+
+def nemo_model_overrides(m: ModelSpec, tp: int = 1) -> dict:
+    """The architecture as Megatron-Core TransformerConfig / GPTConfig overrides (the fields of
+    :func:`megatron_model_args` under their config names: rotary base and share, norm and epsilon, GLU,
+    biases, tying, QK norms, sinks, windows, vocabulary kept exact at ``tp``; what a config cannot carry is
+    :func:`nemo_unexpressed`)."""
+    o: dict[str, Any] = {
+        "model.config.normalization": _NORM[m.norm],
+        "model.config.layernorm_epsilon": float(m.norm_eps),
+        "model.config.layernorm_zero_centered_gamma": m.layernorm_1p,
+        "model.config.gated_linear_unit": m.gated,
+        "model.config.add_bias_linear": m.bias,
+        "model.config.add_qkv_bias": bool(m.qkv_bias) and not m.bias,
+        "model.config.share_embeddings_and_output_weights": m.tied_embeddings,
+        "model.config.position_embedding_type": ("yarn" if m.rope_scaling == "yarn" and not m.is_mla
+                                                 else _POS.get(m.position, m.position)),
+        "model.config.qk_layernorm": m.qk_norm,
+        "model.config.qk_l2_norm": m.qk_l2_norm,
+        "model.config.vocab_size": m.vocab_size,
+    }
+    if m.position == "rotary":
+        o["model.config.rotary_base"] = int(m.rope_theta)
+        o["model.config.rotary_percent"] = float(m.rotary_percent)
+        if m.attention_window is not None and m.attention_window_kind == "chunked" and m.global_attention_every:
+            o["model.config.no_rope_freq"] = m.global_attention_every
+    d = megatron_vocab_divisor(m.vocab_size, tp)
+    if d is not None:
+        o["model.config.make_vocab_size_divisible_by"] = d
+    if m.activation_clamp is not None:  # GPT-OSS (GPT_OSS_GLU_OFFSET)
+        o["model.config.activation_func_clamp_value"] = float(m.activation_clamp)
+        o["model.config.glu_linear_offset"] = GPT_OSS_GLU_OFFSET
+    if m.attention_sinks:
+        o["model.config.softmax_type"] = "learnable"
+    if m.attention_window is not None and m.attention_window_kind == "sliding":
+        o["model.config.window_size"] = [m.attention_window - 1, 0]
+        if m.global_attention_every:
+            o["model.config.window_attn_skip_freq"] = m.global_attention_every
+    if not m.dropout:
+        o["model.config.hidden_dropout"] = 0.0
+        o["model.config.attention_dropout"] = 0.0
+    if m.is_moe:
+        o["model.config.moe_router_score_function"] = m.router_score
+        o["model.config.moe_router_pre_softmax"] = m.router_score == "softmax" and not m.router_norm_topk
+        o["model.config.moe_router_topk_scaling_factor"] = m.router_topk_scaling
+        o["model.config.moe_router_enable_expert_bias"] = m.router_expert_bias
+        o["model.config.moe_router_num_groups"] = m.router_num_groups or None
+        o["model.config.moe_router_group_topk"] = m.router_group_topk or None
+        o["model.config.moe_shared_expert_gate"] = m.shared_expert_gate
+    return o
+
+
 def nemo_moe_overrides(p: Plan, m: ModelSpec) -> dict:
     """MoE/MLA overrides (Megatron-Core 0.16.1 TransformerConfig fields through ``model.config``; the
     layout through ``MegatronStrategy``, as Megatron-Bridge's MoE recipes set them)."""
@@ -931,6 +1113,8 @@ def nemo_moe_overrides(p: Plan, m: ModelSpec) -> dict:
 def _cli_value(v) -> str:
     if v is None or isinstance(v, (bool, int, float)):
         return repr(v)
+    if isinstance(v, (list, tuple)):  # a list literal without spaces: one token of the key=value text
+        return "[" + ",".join(_cli_value(x) for x in v) + "]"
     s = str(v)
     return s if re.fullmatch(r"[A-Za-z0-9_.\-]+", s) else repr(s)
 
@@ -1046,8 +1230,11 @@ def _notes(framework: str, p: Plan, m: ModelSpec) -> list[str]:
                      "Blackwell)")
         if p.zero >= 2:
             n.append("leave CUDA_DEVICE_MAX_CONNECTIONS unset (arguments.py asserts it is not 1 with Megatron-FSDP)")
-        if m.activation == "geglu":
-            n.append("geglu is written as --quick-geglu, Megatron-LM's gated-GELU flag")
+        for k, why in megatron_unexpressed(m, p.tp).items():
+            n.append(f"not expressible as a flag: {k} {why}")
+        if m.position == "rotary" and m.rope_scaling == "yarn" and not m.is_mla:
+            n.append("--position-embedding-type yarn and --yarn-* need Megatron-LM after core_v0.18.0 "
+                     "(arguments.py @d98e8a64)")
         n.append("tokenizer, data, optimizer, schedule, checkpoint and logging flags are yours")
         if fw.precision_aware_optimizer(p):
             n.append("--use-precision-aware-optimizer runs Transformer Engine's FusedAdam (TE >= 2.1 for the bf16 "
@@ -1082,7 +1269,9 @@ def _notes(framework: str, p: Plan, m: ModelSpec) -> list[str]:
             n.append("context parallelism exchanges K/V by all-gather (context_parallel_rotate_method)")
     elif framework == "nemo":
         n.append("apply to a pretraining recipe of the model's family, e.g. nemo llm pretrain --factory <recipe> "
-                 "<overrides>; activation, norm, position embedding and tokenizer are the recipe's")
+                 "<overrides>; the tokenizer is the recipe's")
+        for k, why in nemo_unexpressed(m, p.tp).items():
+            n.append(f"not an override: {k} {why}")
         if fw.precision_aware_optimizer(p):
             n.append("optim.config.exp_avg_dtype/exp_avg_sq_dtype are torch dtypes: in Python, "
                      "recipe.optim.config.exp_avg_dtype = torch.bfloat16")
