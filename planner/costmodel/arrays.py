@@ -80,6 +80,7 @@ class PlanArrays:
     master_bytes: np.ndarray  # float: master-weight bytes per parameter (Plan.master_weights: 4, 2 or 0)
     sdpa: np.ndarray  # Plan.cudnn_sdpa coded as plan.CUDNN_SDPA_CODES (0 cuDNN 9.1, 1 cuDNN 9.19)
     fp8_attn: np.ndarray  # bool: Plan.fp8_attention (the attention core in FP8)
+    muon: np.ndarray  # bool: Plan.optimizer == "muon" (planner/costmodel/muon.py)
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -131,6 +132,7 @@ class PlanArrays:
                 clamp_fused=p.act_clamp_fused, yarn_fused=p.yarn_rope_fused, gemm_fused=p.moe_grouped_gemm == "fused",
                 ce=CROSS_ENTROPY_CODES[p.cross_entropy], master_bytes=MASTER_WEIGHT_BYTES[p.master_weights],
                 sdpa=CUDNN_SDPA_CODES[p.cudnn_sdpa], fp8_attn=p.fp8_attention,
+                muon=p.optimizer == "muon",
             )
             for k, v in vals.items():
                 cols[k].append(v)
@@ -138,7 +140,8 @@ class PlanArrays:
         for k, v in cols.items():
             dtype = bool if k in ("sp", "fa", "fp32_grads", "ovl_grad", "ovl_param", "ovl_tp", "moe_ovl", "reshard",
                                   "grad_bf16", "opt_offload", "act_offload", "lowp_params", "act_fp8",
-                                  "clamp_fused", "yarn_fused", "gemm_fused", "moe_rr", "moe_pad", "fp8_attn") else np.int64
+                                  "clamp_fused", "yarn_fused", "gemm_fused", "moe_rr", "moe_pad", "fp8_attn",
+                                  "muon") else np.int64
             dtype = float if k in ("moe_imb", "bf16_frac", "moment_bytes", "master_bytes") else dtype
             out[k] = np.asarray(v, dtype=dtype)
         return PlanArrays(**out)

@@ -600,6 +600,12 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     if np.any(psi_e):  # routed experts: their states over the expert-data-parallel group (none: + 0)
         states_e = model_state_bytes(psi_e, x.zero, x.tp * x.cp * x.dp // (x.ep * x.etp), x.fp32_grads, **kw)
         states = {k: states[k] + states_e[k] for k in states}
+    if np.any(x.muon):  # Muon keeps no second moment on the hidden weights (planner/costmodel/muon.py)
+        from plan_search.planner.costmodel import muon
+        hidden = np.maximum(psi - psi_e - muon.adam_params_local(model, x, stage), 0.0)
+        d_e = x.tp * x.cp * x.dp // (x.ep * x.etp)
+        saved = x.moment_bytes * (np.where(x.zero >= 1, hidden / d, hidden) + np.where(x.zero >= 1, psi_e / d_e, psi_e))
+        states["optimizer"] = states["optimizer"] - np.where(x.muon & ~x.opt_offload, saved, 0.0)
     # quantized weight copies of a low-precision recipe (issue 12; compute.lowp_weight_copy_bytes).
     # Not kept under ZeRO-3/FSDP: the gathered bf16 module is quantized on the fly and its FP8 copy
     # lives only as long as the module's forward or backward (torchao Float8Linear with FSDP2;

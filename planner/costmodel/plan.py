@@ -335,6 +335,11 @@ class Plan(NoBoolNumbers):
         default="fp32", description="dtype of Adam's two moments: fp32 (Megatron-Core's default, --exp-avg-dtype/"
         "--exp-avg-sq-dtype fp32) or bf16 (its --use-precision-aware-optimizer; DeepSeek-V3 report Sec. 3.3.3): "
         "optimizer states 4 + 2 x 4 = 12 B/param or 4 + 2 x 2 = 8 B/param (fp32 master weights kept)")
+    optimizer: Literal["adam", "muon"] = Field(
+        default="adam", description="adam (AdamW on every parameter: master weights and two moments) or muon "
+        "(Megatron-LM --optimizer muon: the hidden layers' weights keep one momentum buffer and are "
+        "orthogonalised by 5 Newton-Schulz iterations every step; embeddings, output layer and norms stay "
+        "on Adam; planner/costmodel/muon.py)")
     act_fp8_input_store: bool = Field(
         default=False, description="the gated MLPs' activation (SwiGLU) inputs kept for the backward as FP8, 1 B "
         "instead of 2 B per element, in dense, shared and routed experts' MLPs (Megatron-Core "

@@ -28,6 +28,7 @@ from plan_search.planner.costmodel import compute
 from plan_search.planner.costmodel import dispatch
 from plan_search.planner.costmodel import experts
 from plan_search.planner.costmodel import memory
+from plan_search.planner.costmodel import muon
 from plan_search.planner.costmodel import offload
 from plan_search.planner.costmodel import pipeline
 from plan_search.planner.costmodel.arrays import PlanArrays
@@ -264,6 +265,10 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, _terms: dic
     out["optimizer_s"] = compute.optimizer_s(psi, cluster, x) + (
         dispatch.expert_optimizer_s(psi_e, cluster=cluster, x=x) if experts_held else 0.0)
     out["optimizer_s"] = out["optimizer_s"] + compute.weight_cast_s(psi + psi_e, cluster, x)  # issue 12
+    # Muon: the Newton-Schulz iterations of the step (muon.py); its momentum update's HBM traffic is
+    # priced as Adam's (one moment fewer: at most 8 of ~40 B per parameter of a step under 1% of it)
+    if np.any(x.muon):
+        out["optimizer_s"] = out["optimizer_s"] + muon.orthogonalization_s(model, cluster, x)
     # issue 11: host offload of the optimizer (replaces the GPU step) and of the activations
     shard = np.where(x.zero >= 1, psi / memory.shard_degree(x), psi)
     out["optimizer_s"] = np.where(x.opt_offload, offload.optimizer_offload_s(shard, x, cluster), out["optimizer_s"])

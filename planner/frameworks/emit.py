@@ -140,6 +140,8 @@ def megatron_memory_args(p: Plan) -> list[str]:
         a.append("--use-precision-aware-optimizer")
         if p.adam_moments_dtype != "fp32":
             a += ["--exp-avg-dtype", p.adam_moments_dtype, "--exp-avg-sq-dtype", p.adam_moments_dtype]
+    if p.optimizer == "muon":  # Megatron-Core's Muon at its defaults (planner/costmodel/muon.py)
+        a += ["--optimizer", "muon"]
     return a
 
 
@@ -148,6 +150,10 @@ def _megatron_memory_knobs(ns, precision: str) -> dict:
     fused = bool(getattr(ns, "cross_entropy_loss_fusion", False))
     out = {"cross_entropy": "te" if fused and getattr(ns, "cross_entropy_fusion_impl", None) == "te" else "megatron",
            "adam_moments_dtype": "fp32", "master_weights": "fp32"}
+    opt = getattr(ns, "optimizer", None) or "adam"
+    if opt not in ("adam", "muon"):
+        raise InputError(f"megatron: --optimizer {opt} is not a plan (optimizer: adam or muon)")
+    out["optimizer"] = opt
     if getattr(ns, "use_precision_aware_optimizer", False):
         ea, eas = ns.exp_avg_dtype or "fp32", ns.exp_avg_sq_dtype or "fp32"
         if ea != eas or ea not in ("fp32", "bf16"):

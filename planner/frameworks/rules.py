@@ -716,6 +716,11 @@ _DS_ROUTER = "deepspeedai/DeepSpeed@edaa7221 deepspeed/moe/sharded_moe.py TopKGa
 _MCORE_ROUTING = ("Megatron-Core routes each token to the top-k of its router's scores (force balancing draws random "
                   "scores): moe_routing topk")
 
+_MLM_MUON = ("NVIDIA/Megatron-LM main (2026): --optimizer muon; megatron/core/optimizer/optimizer_config.py muon_* fields "
+             "(muon_num_ns_steps 5, muon_tp_mode blockwise, muon_split_qkv True, muon_scalar_optimizer adam); muon "
+             "with use_distributed_optimizer routes to LayerWiseDistributedOptimizer (its tests); NeMo-RL "
+             "docs/guides/muon-optimizer.md: use_precision_aware_optimizer not supported with Muon")
+
 #: Per framework, the values of each memory knob (and of the kernel knobs act_clamp_fused, moe_grouped_gemm and
 #: yarn_rope_fused, and moe_routing, issue 13) it can run; the first is its default
 #: where the framework is
@@ -727,19 +732,21 @@ MEMORY_KNOBS: dict[str, dict[str, tuple]] = {
     "megatron": {"cross_entropy": ("megatron", "te"), "adam_moments_dtype": ("fp32", "bf16"),
                  "master_weights": ("fp32", "bf16_remainder"), "act_fp8_input_store": (False,),
                  "act_clamp_fused": (False,), "moe_grouped_gemm": ("loop", "fused"), "yarn_rope_fused": (False,),
-                 "moe_routing": ("topk",)},
+                 "moe_routing": ("topk",), "optimizer": ("adam", "muon")},
     "nemo": {"cross_entropy": ("megatron", "te"), "adam_moments_dtype": ("fp32", "bf16"),
              "master_weights": ("fp32", "bf16_remainder"), "act_fp8_input_store": (False, True),
-             "act_clamp_fused": (False,), "moe_grouped_gemm": ("loop",), "moe_routing": ("topk",)},
+             "act_clamp_fused": (False,), "moe_grouped_gemm": ("loop",), "moe_routing": ("topk",),
+             "optimizer": ("adam",)},
     # the model code's PyTorch loss (fp32 or bf16 logits); fp32 masters and moments (bf16 optimizer states need
     # bf16 master weights, which master_weights cannot state)
     "deepspeed": {"cross_entropy": ("pytorch", "pytorch_bf16"), "adam_moments_dtype": ("fp32",),
                   "master_weights": ("fp32",), "act_fp8_input_store": (False,), "act_clamp_fused": (False, True),
-                  "moe_grouped_gemm": ("loop",), "moe_routing": ("topk",)},
+                  "moe_grouped_gemm": ("loop",), "moe_routing": ("topk",), "optimizer": ("adam",)},
     # the activation clamp is the model code's: fused when the user compiles it (torch.compile)
     "torchtitan": {"cross_entropy": ("pytorch",), "adam_moments_dtype": ("fp32",), "master_weights": ("fp32",),
                    "act_fp8_input_store": (False,), "act_clamp_fused": (False, True), "moe_grouped_gemm": ("fused",),
-                   "moe_routing": ("topk", "round_robin"), "moe_pad_to_capacity": (False,), "fp8_attention": (False,)},
+                   "moe_routing": ("topk", "round_robin"), "moe_pad_to_capacity": (False,), "fp8_attention": (False,),
+                   "optimizer": ("adam",)},
 }
 _MEMORY_TEXT = {
     "megatron": {"cross_entropy": ("the loss is Megatron-Core's vocab-parallel cross entropy (fp32 softmax; fused "
@@ -756,7 +763,8 @@ _MEMORY_TEXT = {
                  "moe_grouped_gemm": ("", _TE_FUSED_MLP),
                  "yarn_rope_fused": ("Megatron-LM turns rope fusion off for --position-embedding-type yarn "
                                      "(GPT-OSS): yarn_rope_fused off", _MLM_YARN),
-                 "moe_routing": (_MCORE_ROUTING, _MLM_ROUTER)},
+                 "moe_routing": (_MCORE_ROUTING, _MLM_ROUTER),
+                 "optimizer": ("", _MLM_MUON)},
     "nemo": {"cross_entropy": ("the loss is Megatron-Core's (model.config.cross_entropy_loss_fusion, "
                                "cross_entropy_fusion_impl native|te): cross_entropy megatron or te",
                                f"{_NM} GPTConfig on {_MC}; {_MLM_CE}"),
@@ -770,7 +778,9 @@ _MEMORY_TEXT = {
              "moe_grouped_gemm": ("Megatron-Core 0.16.1 (NeMo 2.7.3's) has no fused grouped MLP "
                                   "(use_transformer_engine_op_fuser arrives in core 0.18): moe_grouped_gemm loop",
                                   f"{_NM} on {_MC}; {_TE_FUSED_MLP}"),
-             "moe_routing": (_MCORE_ROUTING, f"{_NM} on {_MC}; {_MLM_ROUTER}")},
+             "moe_routing": (_MCORE_ROUTING, f"{_NM} on {_MC}; {_MLM_ROUTER}"),
+             "optimizer": ("NeMo 2.7.3's Megatron-Core (0.16.1) is modelled with Adam; Muon is Megatron-LM's "
+                           "--optimizer muon here: optimizer adam", f"{_NM} on {_MC}; {_MLM_MUON}")},
     "deepspeed": {"cross_entropy": ("the loss is the model code's PyTorch cross entropy (the config has no loss "
                                     "setting; Megatron's and TE's vocab-parallel losses come with Megatron-DeepSpeed's "
                                     "model code): cross_entropy pytorch or pytorch_bf16", _DS_PREC),
@@ -784,7 +794,9 @@ _MEMORY_TEXT = {
                   "moe_grouped_gemm": ("DeepSpeed-MoE runs its local experts as separate modules, one GEMM each: "
                                        "moe_grouped_gemm loop", _DS_EXPERTS),
                   "moe_routing": ("DeepSpeed-MoE's gate routes each token to the top-k of its scores: moe_routing "
-                                  "topk", _DS_ROUTER)},
+                                  "topk", _DS_ROUTER),
+                  "optimizer": ("the DeepSpeed engine the planner models steps (Fused)Adam: optimizer adam",
+                                _DS_PREC)},
     "torchtitan": {"cross_entropy": ("the loss is torch cross_entropy on fp32 logits (pred.float()): "
                                      "cross_entropy pytorch", _TT_LOSS),
                    "adam_moments_dtype": ("the optimizer's states take the fp32 parameters' dtype: "
@@ -799,7 +811,9 @@ _MEMORY_TEXT = {
                                            "capacity to pad to): moe_pad_to_capacity off", _TT_GROUPED_MM),
                    "fp8_attention": ("torchtitan's attention is PyTorch SDPA in bf16 (its float8 training converts "
                                      "the linear layers only): fp8_attention off",
-                                     f"{_TT} components/quantization/float8.py (Float8Linear modules)")},
+                                     f"{_TT} components/quantization/float8.py (Float8Linear modules)"),
+                   "optimizer": ("torchtitan's optimizers are torch.optim's Adam and AdamW (components/optimizer.py): "
+                                 "optimizer adam", f"{_TT} components/optimizer.py")},
 }
 
 
@@ -859,12 +873,28 @@ def _memory_rules(fw: str) -> list[Rule]:
                         if getattr(p, k) not in ok else None))
     if fw in ("megatron", "nemo"):
         out.append(_mcore_optimizer_precision(fw))
+    if fw == "megatron":
+        out.append(Rule("megatron-muon", fw, "Muon runs with Adam's fp32 states (no precision-aware optimizer) "
+                        "under plain data parallelism or the layer-wise distributed optimizer (zero 0 or 1)",
+                        _MLM_MUON, _muon_mcore))
     if fw == "nemo":
         out.append(Rule("nemo-act-fp8-input-store", fw, "Megatron-Core stores the activation inputs in FP8 for "
                         "SwiGLU only", _MLM_ACT,
                         lambda p, m, c: f"act_fp8_input_store on with activation {m.activation}"
                         if p.act_fp8_input_store and m.activation != "swiglu" else None))
     return out
+
+
+def _muon_mcore(p: Plan, m, c) -> Optional[str]:
+    if p.optimizer != "muon":
+        return None
+    if p.zero >= 2:
+        return f"optimizer muon with zero {p.zero}: use zero 1 (the layer-wise distributed optimizer) or 0"
+    if precision_aware_optimizer(p):
+        what = ", ".join(f"{k} {getattr(p, k)}" for k in ("adam_moments_dtype", "master_weights")
+                         if getattr(p, k) != "fp32")
+        return f"optimizer muon with {what}: use fp32 optimizer states"
+    return None
 
 
 def memory_defaults(framework: str, plan: Plan | None = None) -> dict:
