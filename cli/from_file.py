@@ -26,8 +26,10 @@ def account_lines(r, width: int = 80) -> list[str]:
                                  break_on_hyphens=False) or [f"  {at}"]
         return out
 
-    lines = [f"from {r.path}: {r.framework} ({r.dialect}); defaults of {r.version}",
-             f"  model {r.model.name}; {r.gpus_from}"]
+    lines = textwrap.wrap(f"from {r.path}: {r.framework} ({r.dialect}); defaults: {r.version}", width=width,
+                          subsequent_indent="  ")
+    lines += textwrap.wrap(f"model {r.model.name}; GPUs: {r.gpus_from}", width=width, initial_indent="  ",
+                           subsequent_indent="  ")
     lines.append(f"used ({len(r.used)})")
     lines += rows(r.used)
     groups: dict[str, list] = {}
@@ -113,13 +115,13 @@ def run(from_path: str, *, model_ref, gpu_ref, num_gpus, launch, sets, memory_he
     else:
         click.echo("\n".join(account_lines(r)))
         click.echo("")
-        overrides = describe_overrides(sets, cluster) if sets else []
-        click.echo(format_table(est, cluster, r.model, memory_headroom, overrides))
-        if better is not None:
+        if better is not None:  # before the table: the account and the changes read together
             from plan_search.cli import improve as imp
 
-            click.echo("")
             click.echo("\n".join(imp.format_alternatives(r, est, better)))
+            click.echo("")
+        overrides = describe_overrides(sets, cluster) if sets else []
+        click.echo(format_table(est, cluster, r.model, memory_headroom, overrides))
     if output is not None:
         from plan_search.cli import improve as imp
 

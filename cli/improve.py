@@ -183,8 +183,11 @@ def format_alternatives(r, est, alts: list[Alternative]) -> list[str]:
     from plan_search.planner.search.request import DEFAULT_TOKENS
 
     tok = est.run.tokens if est.run else DEFAULT_TOKENS
-    lines = [f"what to change ({r.framework} syntax; the same model, batch, sequence and precision; run of "
-             f"{tok / 1e9:,.0f}B tokens)", f"  the file: {_row(est)}"]
+    import textwrap
+
+    lines = textwrap.wrap(f"what to change ({r.framework} syntax; the same model, batch, sequence and precision; "
+                          f"run of {tok / 1e9:,.0f}B tokens)", width=80, subsequent_indent="  ")
+    lines.append(f"  the file: {_row(est)}")
     if not alts:
         lines.append("  no plan of the search space beats the file" + ("" if est.feasible else " and fits"))
         return lines

@@ -156,7 +156,7 @@ def read(text: str, path: str, *, model: ModelSpec | None = None, num_gpus: int 
         cfg["train_micro_batch_size_per_gpu"] = mb = int(gb) // (gas * dp)
         defaulted.append(Entry(f"train_micro_batch_size_per_gpu {mb}", None, "batch / (accumulation x dp)"))
     if "gradient_accumulation_steps" not in cfg:
-        defaulted.append(Entry("gradient_accumulation_steps 1", None, f"DeepSpeed's default ({VERSION})"))
+        defaulted.append(Entry("gradient_accumulation_steps 1", None, "DeepSpeed's default"))
     if int(gb) % (int(mb) * gas):
         raise InputError(f"{where}: train_batch_size {gb} is not micro {mb} x accumulation {gas} x dp")
     dp = int(gb) // (int(mb) * gas)

@@ -312,7 +312,7 @@ def model_of(ns: _Recording, flags_line: dict[str, int], given: ModelSpec | None
     d: dict[str, Any] = {"num_layers": nl, "hidden_size": h, "num_heads": a}
 
     def default(flag, value, field_name):
-        defaulted.append(Entry(f"{flag} {value}", None, f"{field_name}: Megatron-LM's default ({VERSION})"))
+        defaulted.append(Entry(f"{flag} {value}", None, f"{field_name}: Megatron-LM's default"))
 
     swiglu = bool(ns.swiglu)
     if ns.ffn_hidden_size:
@@ -599,9 +599,9 @@ def build(flags, text: str, path: str, dialect: str, *, launcher=(), script: she
         unknown.append(Entry(shown, line, "not understood: the estimate is made without it"))
     for flag, value, field_name in _PLAN_DEFAULTS:
         if flag not in seen and (field_name != "etp" or m.is_moe) and (field_name != "moe_dispatcher" or m.is_moe):
-            defaulted.append(Entry(f"{flag} {value}", None, f"{field_name}: Megatron-LM's default ({VERSION})"))
+            defaulted.append(Entry(f"{flag} {value}", None, f"{field_name}: Megatron-LM's default"))
     if (ns.fp8_format and not ns.fp8_recipe) and "--fp4-format" not in seen:
-        defaulted.append(Entry("--fp8-recipe delayed", None, f"precision: Megatron-LM's default ({VERSION})"))
+        defaulted.append(Entry("--fp8-recipe delayed", None, "precision: Megatron-LM's default"))
     used.insert(0, Entry(gpus_from, launch_line, "num_gpus"))
     return LaunchRead(path=path, framework="megatron", dialect=dialect, version=VERSION, model=m, plan=plan,
                       gpus_from=gpus_from, used=used, unpriced=unpriced, not_understood=unknown, defaulted=defaulted,

@@ -167,7 +167,7 @@ def read(text: str, path: str, *, model: ModelSpec | None = None, num_gpus: int 
                     ("optim.config.use_distributed_optimizer", True), ("trainer.strategy.ddp.overlap_grad_reduce", False),
                     ("trainer.strategy.ddp.grad_reduce_in_fp32", True), ("model.config.recompute_granularity", None)):
         if k not in o:
-            defaulted.append(Entry(f"{k} {dflt}", None, f"NeMo's default ({VERSION}); a recipe may set its own"))
+            defaulted.append(Entry(f"{k} {dflt}", None, "NeMo's default; a recipe may set its own"))
     # the model: its shape from model.config, the rest from the catalog model of that shape, or --model
     d = {f: o[f"model.config.{k}"] for k, f in _MODEL_KEYS.items() if o.get(f"model.config.{k}") is not None}
     if o.get("model.config.multi_latent_attention") is False:

@@ -208,7 +208,7 @@ def read(text: str, path: str, *, model: ModelSpec | None = None, num_gpus: int 
                       ("activation_checkpoint.mode", "selective"), ("activation_checkpoint.selective_ac_option", "2")):
         sec, k = key.split(".")
         if k not in (d.get(sec) or {}):
-            defaulted.append(Entry(f"{key} {dflt}", None, f"torchtitan's default ({VERSION})"))
+            defaulted.append(Entry(f"{key} {dflt}", None, "torchtitan's default"))
     if "global_batch_size" not in tr:
         defaulted.append(Entry(f"training.global_batch_size {lb * dp}", None, "-1: local_batch_size x dp"))
     seen: set[str] = set()
@@ -235,7 +235,7 @@ def read(text: str, path: str, *, model: ModelSpec | None = None, num_gpus: int 
             continue
         if key in _ONLY:
             if v in _ONLY[key] or (isinstance(v, str) and v in _ONLY[key]):
-                unpriced.append(Entry(shown, line, f"the value priced ({VERSION})"))
+                unpriced.append(Entry(shown, line, "the value priced"))
             else:
                 unknown.append(Entry(shown, line, f"priced as {_ONLY[key][0]!r}: the estimate is made without it"))
             continue
