@@ -123,10 +123,22 @@ def test_the_page_answers_as_plan_search(url, tmp_path):
         assert urls and all(u.startswith(url) for u in urls), sorted(urls)
         assert b.console_errors() == []
 
-        # the link asks the same question again
         link = b.eval("document.getElementById('share').href")
+        # nothing feasible: plan-search's line, where the results were
+        b.goto(url + "/?model=gpt3-175b&gpu=a100-80gb&max_gpus=16&framework=")
+        assert wait_answer(b) == "infeasible (HTTP 409)"
+        from plan_search.cli.search import main
+
+        r = CliRunner().invoke(main, ["--model", "gpt3-175b", "--gpu", "a100-80gb", "--max-gpus", "16"])
+        assert r.exit_code == 3
+        assert r.stderr.strip() == "infeasible: " + b.eval("document.getElementById('message-text').textContent")
+        assert b.eval("document.getElementById('message-title').textContent") == "Nothing feasible"
+        assert b.eval("document.getElementById('results').hidden")
+
+        # the link asks the same question again
         b.goto(link)
         wait_answer(b)
+        assert b.eval("document.getElementById('message').hidden")
         assert json.loads(b.eval("document.getElementById('recommended').dataset.plan")) == want["recommended"]["plan"]
 
 
@@ -163,5 +175,8 @@ def test_a_pasted_config_json_is_the_model_file(url, tmp_path):
         b.eval("document.getElementById('config').value = '{\"model_type\": \"llama\", \"num_hidden_layers\": 2}'")
         b.click(*center(b, "#go"))
         status = wait_answer(b)
-        assert status.startswith("error: ") and "hidden" in status, status
+        assert status == "error (HTTP 422)", status
+        assert b.eval("document.getElementById('message-title').textContent") == "Bad input"
+        assert "hidden" in b.eval("document.getElementById('message-text').textContent")
         assert b.eval("document.getElementById('config').classList.contains('bad')")
+        assert b.eval("document.getElementById('results').hidden")

@@ -242,10 +242,9 @@ def sweep_document(doc: dict, limits: Limits):
     if "model_config" in spec.base or "model_config" in spec.sweep:
         raise BadRequest(422, "base.model_config: a sweep takes catalog models only", "base.model_config")
     # every model and GPU the scenarios name is a catalog entry before build_sweep resolves them
-    models = [spec.base.get("model")] + list(spec.sweep.get("model", []))
-    for m in models:
-        if m is not None:
-            resolve_model(m) if isinstance(m, str) else None
+    for m in [spec.base.get("model")] + list(spec.sweep.get("model", [])):
+        if isinstance(m, str):  # anything else is build_sweep's to refuse
+            resolve_model(m)
     gpus = [spec.base.get("gpu")] + list(spec.sweep.get("gpu", []))
     for g in gpus:
         for ref in ([g] if isinstance(g, str) else g if isinstance(g, list) else []):

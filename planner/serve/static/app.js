@@ -162,15 +162,19 @@ async function ask(ev) {
   try {
     const {status, doc} = await api("/v1/search" + (q.body.framework ? "?emit=1" : ""), q.body);
     const secs = ((performance.now() - t0) / 1000).toFixed(1);
+    $("message").hidden = status === 200;
     if (status === 200) {
       showStatus(`answered in ${secs} s: ${doc.front.length} front points of ${int(doc.stats.feasible)} feasible plans` +
         (doc.stats.proven_optimal ? ", proven optimal" : ", NOT proven optimal (time limit)"), "ok");
       render(doc, q);
     } else {
-      $("results").hidden = status !== 409 ? $("results").hidden : true;
+      $("results").hidden = true;
       markField(doc.field);
       const what = {409: "infeasible", 503: "busy", 422: "error", 400: "error", 413: "error"}[status] || `error ${status}`;
-      showStatus(`${what}: ${doc.message || doc}`, "error");
+      showStatus(`${what} (HTTP ${status})`, "error");
+      $("message-title").textContent = {409: "Nothing feasible", 503: "The server is busy",
+        422: "Bad input", 400: "Bad input", 413: "Bad input"}[status] || `Error ${status}`;
+      $("message-text").textContent = String(doc.message || doc);
     }
   } catch (e) {
     showStatus("no answer from the server: " + e.message, "error");
@@ -245,9 +249,13 @@ function drawCharts() {
   legend.replaceChildren();
   for (const [name, color] of Object.entries(state.color)) {
     const item = el("span", {class: "key"});
-    item.append(el("i", {style: `background:${color}`}), document.createTextNode(name));
+    const none = !state.points.some((p) => p.fp.gpu === name);
+    item.append(el("i", {style: `background:${color}`}), document.createTextNode(name + (none ? " (no point)" : "")));
     legend.append(item);
   }
+  const cut = state.result.stats.cut || [];
+  $("cut").hidden = !cut.length;
+  $("cut").textContent = cut.length ? "cut by the time limit: " + cut.join("; ") : "";
   const ring = el("span", {class: "key"});
   ring.append(el("i", {class: "ring"}), document.createTextNode("recommended"));
   legend.append(ring);
