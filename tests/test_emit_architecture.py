@@ -11,7 +11,8 @@ How each configuration is parsed (no framework is installed: torch stays out of 
 - NeMo 2.0: the ``key=value`` text through :func:`emit.parse_nemo_overrides` (literal_eval, as NeMo's CLI
   parses overrides); an absent key takes Megatron-Core 0.16.1's TransformerConfig / NeMo GPTConfig default.
 - torchtitan: tomllib on the emitted TOML, every key checked against torchtitan 0.2.2's JobConfig fields
-  (torchtitan.txt); the architecture is torchtitan's model registry's (``[model] name/flavor``), not a TOML key.
+  (torchtitan.txt); the architecture is torchtitan's model registry's: ``[model] name/flavor``, whose arguments
+  (planner/frameworks/data/torchtitan_flavors.yaml, transcribed from torchtitan v0.2.2) are compared with the spec.
 - DeepSpeed: json on the emitted config; the architecture is the model code's.
 """
 
@@ -258,7 +259,20 @@ def test_launch_configuration_rebuilds_the_model(name, framework):
         kept = rules.kept_args("torchtitan")
         assert {f"{s}.{k}" for s, kv in doc.items() for k in kv if not isinstance(kv[k], dict)} <= set(kept)
         assert doc["training"]["seq_len"] == p.seq_len
-        assert "[model] name/flavor must be a torchtitan model of this shape" in notes
+        flavor = doc.get("model", {})
+        if "flavor" not in flavor:  # no torchtitan flavor of this model: the note says so
+            assert emit.torchtitan_flavor(m) is None
+            assert "[model] name/flavor must be a torchtitan model of this shape" in notes
+            return
+        # the flavor's arguments (torchtitan v0.2.2, transcribed in data/torchtitan_flavors.yaml) are what it builds
+        got = emit.torchtitan_flavor_fields(flavor["name"], flavor["flavor"])
+        assert got, f"{flavor} has no recorded arguments"
+        spec = {k: getattr(m, k) for k in got}
+        wrong = [k for k in got if not _same(spec[k], got[k])]
+        unexpressed = emit.torchtitan_unexpressed(m)
+        assert sorted(wrong) == sorted(unexpressed), (wrong, unexpressed)
+        for k in wrong:
+            assert f"the flavor differs: {k}" in notes
         return
     else:
         cfg = json.loads(lc.text.split("\n# ")[0])
@@ -275,6 +289,8 @@ def test_launch_configuration_rebuilds_the_model(name, framework):
 
 
 def _same(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
     if isinstance(a, float) or isinstance(b, float):
         return a is not None and b is not None and b != "<absent>" and math.isclose(float(a), float(b), rel_tol=1e-12)
     return a == b

@@ -700,6 +700,39 @@ def _toml_value(v) -> str:
     raise TypeError(type(v).__name__)
 
 
+def torchtitan_flavor(m: ModelSpec) -> tuple[str, str] | None:
+    """The torchtitan ``[model] name, flavor`` that builds ``m`` (read/torchtitan.py's FLAVORS, the one table of
+    the reader and this writer), or None when torchtitan v0.2.2 has no flavor of it."""
+    from plan_search.planner.frameworks.read.torchtitan import FLAVORS  # imports this module: here, not at the top
+
+    return next((key for key, target in FLAVORS.items() if target == m.name), None)
+
+
+def torchtitan_flavor_fields(name: str, flavor: str) -> dict[str, Any]:
+    """The spec fields torchtitan v0.2.2's flavor sets (data/torchtitan_flavors.yaml, transcribed with its source)."""
+    import yaml
+    from pathlib import Path
+
+    doc = yaml.safe_load((Path(__file__).with_name("data") / "torchtitan_flavors.yaml").read_text(encoding="utf-8"))
+    return dict((doc.get(name) or {}).get(flavor) or {})
+
+
+def torchtitan_unexpressed(m: ModelSpec) -> dict[str, str]:
+    """Where torchtitan builds another model than ``m``: every recorded field of its flavor that differs from the
+    spec (field -> the flavor's value), or, without a flavor, the model itself."""
+    key = torchtitan_flavor(m)
+    if key is None:
+        return {"model": "torchtitan v0.2.2 has no flavor of this model: [model] name/flavor must name one of this "
+                         "shape (the shape is not a TOML key)"}
+    out = {}
+    for k, v in torchtitan_flavor_fields(*key).items():
+        mine = getattr(m, k)
+        same = (mine == v) if not isinstance(v, float) or mine is None else math.isclose(float(mine), v, rel_tol=1e-9)
+        if not same:
+            out[k] = f"{v} in torchtitan's {key[0]} {key[1]} flavor, {mine} in the model"
+    return out
+
+
 def torchtitan_sections(plan: Plan, model: ModelSpec, cluster=None) -> dict[str, dict[str, Any]]:
     """The TOML sections as data (section -> key -> value)."""
     p = fw.require("torchtitan", plan, model, cluster)
@@ -743,10 +776,13 @@ def torchtitan_sections(plan: Plan, model: ModelSpec, cluster=None) -> dict[str,
     else:
         ac = {"mode": "selective", "selective_ac_option": str(fw.titan_ac_freq(p, L))}
     out: dict[str, dict[str, Any]] = {"training": training, "parallelism": par, "activation_checkpoint": ac}
+    flavor = torchtitan_flavor(model)
+    if flavor is not None:  # the model torchtitan builds (issue 23)
+        out["model"] = {"name": flavor[0], "flavor": flavor[1]}
     if p.tp > 1 and p.overlap_tp_comm:
         out["compile"] = {"enable": True, "components": ["model", "loss"]}
     if p.precision == "fp8":
-        out["model"] = {"converters": ["quantize.linear.float8"]}
+        out.setdefault("model", {})["converters"] = ["quantize.linear.float8"]
         out["quantize.linear.float8"] = {"recipe_name": "tensorwise"}
     if model.is_moe and p.moe_routing == "round_robin":  # round-robin routing (rules._TT_ROUTER)
         out["debug"] = {"moe_force_load_balance": True}
@@ -1270,7 +1306,14 @@ def _notes(framework: str, p: Plan, m: ModelSpec) -> list[str]:
                      "**moe_layer); the optimizer needs its MoE parameter groups "
                      "(deepspeed.moe.utils.split_params_into_different_moe_groups_for_optimizer)")
     elif framework == "torchtitan":
-        n.append("[model] name/flavor must be a torchtitan model of this shape; the shape is not a TOML key")
+        key = torchtitan_flavor(m)
+        if key is None:
+            n.append("[model] name/flavor must be a torchtitan model of this shape; the shape is not a TOML key")
+        else:
+            n.append(f"[model] {key[0]} {key[1]}: torchtitan v0.2.2's flavor of this model "
+                     "(its arguments: planner/frameworks/data/torchtitan_flavors.yaml)")
+            for k, why in torchtitan_unexpressed(m).items():
+                n.append(f"the flavor differs: {k} {why}")
         if p.cp > 1:
             n.append("context parallelism exchanges K/V by all-gather (context_parallel_rotate_method)")
     elif framework == "nemo":

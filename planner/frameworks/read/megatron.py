@@ -75,7 +75,11 @@ UNPRICED: tuple[tuple[str, str], ...] = (
      r"moe-shared-expert-overlap|use-tp-pp-dp-mapping|fsdp-double-buffer|"
      r"moe-mlp-glu-interleave-size|main-grads-dtype|main-params-dtype|init-model-with-meta-device|"
      r"moe-token-dropping|disable-tp-comm-bulk-[a-z]+|disable-tp-comm-overlap-[a-z]+|tp-comm-overlap-rs-dgrad|"
-     r"num-layers-at-start-in-bf16|num-layers-at-end-in-bf16)", _NUM),
+     r"num-layers-at-start-in-bf16|num-layers-at-end-in-bf16|"
+     # architecture flags emit.py writes (issue 23) that change no priced kernel: NoPE layers, Llama 4's L2 QK norm,
+     # YaRN's correction-range parameters
+     r"no-rope-freq|qk-l2-norm|yarn-original-max-position-embeddings|yarn-beta-fast|yarn-beta-slow|"
+     r"no-yarn-correction-range-round-to-int)", _NUM),
     (r"--(rampup-batch-size|step-batch-size-schedule)", _RAMP),
     (r"--(local-rank|local_rank|use-tp-pp-dp-mapping|deepspeed_config|deepspeed-config)", _SYS),
 )
@@ -328,10 +332,12 @@ def model_of(ns: _Recording, flags_line: dict[str, int], given: ModelSpec | None
     if pos is None:
         pos = "rope" if ns.use_rotary_position_embeddings else "learned_absolute"
         default("--position-embedding-type", pos, "position")
-    if pos not in ("rope", "learned_absolute"):
+    if pos not in ("rope", "learned_absolute", "yarn"):
         raise InputError(f"{where}: line {flags_line.get('--position-embedding-type')}: --position-embedding-type "
-                         f"{pos} is not priced (rope, learned_absolute)")
-    d["position"] = "rotary" if pos == "rope" else "learned"
+                         f"{pos} is not priced (rope, yarn, learned_absolute)")
+    d["position"] = "rotary" if pos in ("rope", "yarn") else "learned"
+    if pos == "yarn":  # YaRN outside MLA (GPT-OSS; Megatron-LM@d98e8a64), as emit.py writes it
+        d["rope_scaling"] = "yarn"
     if ns.normalization is None:
         default("--normalization", "LayerNorm", "norm")
     d["norm"] = "rmsnorm" if ns.normalization == "RMSNorm" else "layernorm"
@@ -347,6 +353,16 @@ def model_of(ns: _Recording, flags_line: dict[str, int], given: ModelSpec | None
         d["seq_len"] = ns.seq_length
     if ns.qk_layernorm:
         d["qk_norm"] = True
+    # attention and activation variants emit.py writes (issue 23): a sliding window (W-1, 0) every layer but each
+    # skip-freq-th, learnable softmax offsets (attention sinks), GPT-OSS's clamped SwiGLU as quick GeGLU + offset 1
+    if ns.window_size:
+        left, _, right = str(ns.window_size).strip("()").partition(",")
+        d["attention_window"], d["attention_window_kind"] = int(left) + 1, "sliding"
+        d["global_attention_every"] = int(ns.window_attn_skip_freq or 0)
+    if ns.softmax_type == "learnable":
+        d["attention_sinks"] = True
+    if ns.quick_geglu and ns.activation_func_clamp_value is not None and ns.glu_linear_offset == 1.0:
+        d["activation"], d["activation_clamp"] = "swiglu", float(ns.activation_func_clamp_value)
     if ns.multi_latent_attention:  # MLATransformerConfig defaults (megatron-core 0.16.1)
         for flag, field_name, dflt in (("--kv-lora-rank", "kv_lora_rank", 512), ("--qk-head-dim", "qk_nope_head_dim", 128),
                                        ("--qk-pos-emb-head-dim", "qk_rope_head_dim", 64),

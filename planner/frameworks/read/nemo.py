@@ -40,12 +40,18 @@ _MODEL_KEYS = {"num_layers": "num_layers", "hidden_size": "hidden_size", "ffn_hi
                "moe_ffn_hidden_size": "expert_ffn_hidden_size", "q_lora_rank": "q_lora_rank",
                "kv_lora_rank": "kv_lora_rank", "qk_head_dim": "qk_nope_head_dim",
                "qk_pos_emb_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim", "mtp_num_layers": "mtp_num_layers",
-               "moe_expert_capacity_factor": "moe_capacity_factor"}
+               "moe_expert_capacity_factor": "moe_capacity_factor", "vocab_size": "vocab_size"}
 #: model.config keys of the model or of the recomputation that the plan reader does not read itself.
 _MODEL_SIDE = {"moe_layer_freq", "moe_shared_expert_intermediate_size", "multi_latent_attention",
                "moe_router_score_function", "moe_router_enable_expert_bias", "moe_router_num_groups",
                "moe_router_group_topk", "recompute_method", "recompute_num_layers", "recompute_modules", "seq_length",
-               "moe_pad_expert_input_to_capacity", "overlap_moe_expert_parallel_comm", "moe_token_dispatcher_type"}
+               "moe_pad_expert_input_to_capacity", "overlap_moe_expert_parallel_comm", "moe_token_dispatcher_type",
+               # the architecture emit.nemo_model_overrides writes (issue 23)
+               "normalization", "gated_linear_unit", "add_bias_linear", "add_qkv_bias",
+               "share_embeddings_and_output_weights", "position_embedding_type", "qk_layernorm", "qk_l2_norm",
+               "softmax_type", "window_size", "window_attn_skip_freq", "no_rope_freq", "activation_func_clamp_value",
+               "glu_linear_offset", "layernorm_zero_centered_gamma", "moe_shared_expert_gate", "hidden_dropout",
+               "attention_dropout"}
 _OUT = "logging, checkpointing, data or tokenizer: outside the step"
 _OPT = "optimizer or schedule hyper-parameter: no effect on the step time or memory"
 _UNPRICED = ((r"(log|logger|checkpoint|resume|tokenizer|dataset|data\.(?!seq_length|micro|global)|trainer\.(max_steps|"
