@@ -243,7 +243,7 @@ def load(host, port, pid, n: int, clients: int, budget_s: float) -> dict:
 
 def refusals(host, port, admitted: int) -> dict:
     """Fill the server with ``admitted`` slow searches, then time what it refuses."""
-    slow = json.dumps({"model": "deepseek-v3", "gpu": "h100-sxm", "time_limit_s": 6}).encode()
+    slow = json.dumps({"model": "deepseek-v3", "gpu": ["h100-sxm", "h200", "b200"], "time_limit_s": 6}).encode()
     threads = [threading.Thread(target=lambda: Client(host, port).post("/v1/search", slow)) for _ in range(admitted)]
     for t in threads:
         t.start()
