@@ -81,6 +81,7 @@ class PlanArrays:
     sdpa: np.ndarray  # Plan.cudnn_sdpa coded as plan.CUDNN_SDPA_CODES (0 cuDNN 9.1, 1 cuDNN 9.19)
     fp8_attn: np.ndarray  # bool: Plan.fp8_attention (the attention core in FP8)
     muon: np.ndarray  # bool: Plan.optimizer == "muon" (planner/costmodel/muon.py)
+    cp_comm: np.ndarray  # Plan.cp_comm_type coded as context_parallel.CP_COMM_CODES (0 p2p, 1 a2a, 2 allgather)
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -132,7 +133,7 @@ class PlanArrays:
                 clamp_fused=p.act_clamp_fused, yarn_fused=p.yarn_rope_fused, gemm_fused=p.moe_grouped_gemm == "fused",
                 ce=CROSS_ENTROPY_CODES[p.cross_entropy], master_bytes=MASTER_WEIGHT_BYTES[p.master_weights],
                 sdpa=CUDNN_SDPA_CODES[p.cudnn_sdpa], fp8_attn=p.fp8_attention,
-                muon=p.optimizer == "muon",
+                muon=p.optimizer == "muon", cp_comm={"p2p": 0, "a2a": 1, "allgather": 2}[p.cp_comm_type],
             )
             for k, v in vals.items():
                 cols[k].append(v)

@@ -335,6 +335,10 @@ class Plan(NoBoolNumbers):
         default="fp32", description="dtype of Adam's two moments: fp32 (Megatron-Core's default, --exp-avg-dtype/"
         "--exp-avg-sq-dtype fp32) or bf16 (its --use-precision-aware-optimizer; DeepSeek-V3 report Sec. 3.3.3): "
         "optimizer states 4 + 2 x 4 = 12 B/param or 4 + 2 x 2 = 8 B/param (fp32 master weights kept)")
+    cp_comm_type: Literal["p2p", "a2a", "allgather"] = Field(
+        default="p2p", description="how context parallelism exchanges the sequence (Megatron --cp-comm-type): p2p "
+        "ring attention passing K/V chunks under the attention (the default), allgather K/V gathered before the "
+        "attention, a2a Ulysses all-to-all of Q/K/V and the output (heads split over cp); no effect at cp 1")
     optimizer: Literal["adam", "muon"] = Field(
         default="adam", description="adam (AdamW on every parameter: master weights and two moments) or muon "
         "(Megatron-LM --optimizer muon: the hidden layers' weights keep one momentum buffer and are "

@@ -25,6 +25,7 @@ from plan_search.models.spec import ModelSpec
 
 from plan_search.planner.costmodel import comm
 from plan_search.planner.costmodel import compute
+from plan_search.planner.costmodel import context_parallel
 from plan_search.planner.costmodel import dispatch
 from plan_search.planner.costmodel import experts
 from plan_search.planner.costmodel import memory
@@ -138,13 +139,10 @@ def _layer_comm(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, lt) -> di
     T = compute.tokens_per_gpu(x)
     tp_dir = comm.tp_layer_s(model.hidden_size, T, x, cluster)  # one direction
     tp_keep = np.where(x.ovl_tp, 1.0 - eff.tp_overlap, 1.0)
-    kv_width = np.maximum(model.num_kv_heads, x.tp) / x.tp * model.head_dim
-    cp_f = comm.cp_layer_fwd_s(kv_width, T, x, cluster)
-    cp_b = 2.0 * cp_f
     attn_f = lt["attn_fwd_s"]
     attn_b = lt["compute_bwd_s"] - 2.0 * (lt["compute_fwd_s"] - attn_f)
-    cp_exp_f = np.maximum(0.0, cp_f - eff.cp_overlap * attn_f)
-    cp_exp_b = np.maximum(0.0, cp_b - eff.cp_overlap * attn_b)
+    cpc = context_parallel.cp_layer_comm(model, cluster, x, T, attn_f, attn_b)  # by Plan.cp_comm_type
+    cp_f, cp_b, cp_exp_f, cp_exp_b = cpc["raw_f"], cpc["raw_b"], cpc["exposed_f"], cpc["exposed_b"]
     return {
         "tp_exposed": 2.0 * tp_dir * tp_keep,
         "tp_exposed_fwd": tp_dir * tp_keep,

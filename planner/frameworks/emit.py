@@ -123,6 +123,8 @@ def megatron_parallel_args(p: Plan, num_layers: int) -> list[str]:
         a.append("--overlap-param-gather")
     if p.overlap_tp_comm:
         a.append("--tp-comm-overlap")
+    if p.cp > 1 and p.cp_comm_type != "p2p":  # p2p is Megatron's default
+        a += ["--cp-comm-type", p.cp_comm_type]
     return a
 
 
@@ -536,7 +538,28 @@ def from_megatron_namespace(ns, num_gpus: int) -> Plan:
         overlap_grad_reduce=bool(ns.overlap_grad_reduce),
         overlap_param_gather=bool(ns.overlap_param_gather), overlap_tp_comm=bool(ns.tp_comm_overlap),
         first_stage_layers=ns.decoder_first_pipeline_num_layers, last_stage_layers=ns.decoder_last_pipeline_num_layers,
+        cp_comm_type=_megatron_cp_comm_type(ns),
     )
+
+
+def _nemo_cp_comm_type(value) -> str:
+    """Plan.cp_comm_type of NeMo's model.config.cp_comm_type (None: Megatron-Core's default p2p)."""
+    if value is None:
+        return "p2p"
+    if value not in ("p2p", "a2a", "allgather"):
+        raise InputError(f"nemo: model.config.cp_comm_type {value!r} is not a plan (cp_comm_type: p2p, a2a or allgather; "
+                         "hierarchical a2a+p2p and per-layer lists are not modelled)")
+    return value
+
+
+def _megatron_cp_comm_type(ns) -> str:
+    """Plan.cp_comm_type of ``--cp-comm-type`` (one value for every layer; hierarchical a2a+p2p is not a plan)."""
+    kinds = getattr(ns, "cp_comm_type", None) or ["p2p"]
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    if len(set(kinds)) > 1 or kinds[0] not in ("p2p", "a2a", "allgather"):
+        raise InputError(f"megatron: --cp-comm-type {' '.join(map(str, kinds))} is not a plan (cp_comm_type: one of "
+                         "p2p, a2a, allgather for every layer; hierarchical a2a+p2p is not modelled)")
+    return kinds[0]
 
 
 # ------------------------------------------------------------------ DeepSpeed
@@ -943,6 +966,7 @@ def to_nemo_overrides(plan: Plan, model: ModelSpec, cluster=None, gpus_per_node:
         "trainer.strategy.pipeline_model_parallel_size": p.pp,
         "trainer.strategy.virtual_pipeline_model_parallel_size": p.vpp if p.vpp > 1 else None,
         "trainer.strategy.context_parallel_size": p.cp,
+        "model.config.cp_comm_type": p.cp_comm_type if p.cp > 1 and p.cp_comm_type != "p2p" else None,
         "trainer.strategy.sequence_parallel": p.sequence_parallel,
         "trainer.strategy.num_layers_in_first_pipeline_stage": p.first_stage_layers,
         "trainer.strategy.num_layers_in_last_pipeline_stage": p.last_stage_layers,
@@ -1229,7 +1253,7 @@ def from_nemo_overrides(overrides: dict | str) -> Plan:
     return _plan(**moe, **dpk, **_nemo_memory_knobs(g),
         num_gpus=num_gpus, tp=tp, pp=int(g(s + "pipeline_model_parallel_size", 1)),
         cp=int(g(s + "context_parallel_size", 1)), vpp=vpp, zero=zero, micro_batch=mb, global_batch=gb,
-        seq_len=seq, recompute=recompute, recompute_layers=rc_layers,
+        cp_comm_type=_nemo_cp_comm_type(g("model.config.cp_comm_type", None)), seq_len=seq, recompute=recompute, recompute_layers=rc_layers,
         sequence_parallel=bool(g(s + "sequence_parallel", False)) and tp > 1, flash_attention=True,
         precision=precision, fp32_grads=bool(g(s + "ddp.grad_reduce_in_fp32", g("trainer.plugins.grad_reduce_in_fp32", True))),
         fp8_attention=bool(g("trainer.plugins.fp8_dot_product_attention", False)) and precision == "fp8",

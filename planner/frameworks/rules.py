@@ -873,6 +873,7 @@ def _memory_rules(fw: str) -> list[Rule]:
                         if getattr(p, k) not in ok else None))
     if fw in ("megatron", "nemo"):
         out.append(_mcore_optimizer_precision(fw))
+    out.append(_cp_comm_rule(fw))
     if fw == "megatron":
         out.append(Rule("megatron-muon", fw, "Muon runs with Adam's fp32 states (no precision-aware optimizer) "
                         "under plain data parallelism or the layer-wise distributed optimizer (zero 0 or 1)",
@@ -883,6 +884,38 @@ def _memory_rules(fw: str) -> list[Rule]:
                         lambda p, m, c: f"act_fp8_input_store on with activation {m.activation}"
                         if p.act_fp8_input_store and m.activation != "swiglu" else None))
     return out
+
+
+#: Per framework, the context-parallel exchanges it runs (Plan.cp_comm_type), with what it says and its source.
+_CP_COMM = {
+    "megatron": (("p2p", "a2a", "allgather"), "", f"{_MLM} --cp-comm-type (p2p, a2a, allgather, "
+                 "a2a+p2p) and Transformer Engine context_parallel.py (a2a: heads divide by cp)"),
+    "nemo": (("p2p", "a2a", "allgather"), "", f"{_NM} on {_MC} TransformerConfig.cp_comm_type (model.config.cp_comm_type)"),
+    "torchtitan": (("p2p", "allgather"), "torchtitan's context parallelism is ring attention (torch context_parallel; "
+                   "parallelism.context_parallel_rotate_method allgather or alltoall passes K/V around the ring): "
+                   "cp_comm_type p2p or allgather", "pytorch/torchtitan v0.2.2 config/job_config.py "
+                   "Parallelism.context_parallel_rotate_method"),
+    "deepspeed": (("p2p",), "no ring context parallelism (Ulysses sequence_parallel_size is an engine option "
+                  "the planner does not model): cp_comm_type p2p", "deepspeedai/DeepSpeed@edaa7221 runtime/config.py"),
+}
+
+
+def _cp_comm_rule(fw: str) -> Rule:
+    from plan_search.planner.costmodel.context_parallel import a2a_heads_problem
+    ok, text, source = _CP_COMM[fw]
+
+    def test(p: Plan, m, c) -> Optional[str]:
+        if p.cp <= 1:
+            return None
+        if p.cp_comm_type not in ok:
+            return f"cp_comm_type {p.cp_comm_type} with cp {p.cp}"
+        if p.cp_comm_type == "a2a":
+            return a2a_heads_problem(m.num_heads, m.num_kv_heads, p.tp, p.cp)
+        return None
+
+    text = text or ("context parallelism exchanges by ring (p2p), all-gather or all-to-all (a2a, Ulysses: the "
+                    "query heads of a tensor-parallel rank divide by cp)")
+    return Rule(f"{fw}-cp-comm-type", fw, text, source, test)
 
 
 def _muon_mcore(p: Plan, m, c) -> Optional[str]:
