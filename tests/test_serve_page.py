@@ -2,9 +2,10 @@
 over its DevTools protocol) opens the page, picks GPU types and a deadline with the mouse and the
 keyboard, searches, and the recommended plan it shows is plan-search's for the command the page
 prints; hovering a point shows its plan, clicking one shows its time and memory; the page's link
-asks the same question again; a pasted config.json is searched as plan-search --model DIR/config.json
-searches the file. The page fetches nothing but its own server. The screenshot is written to
-$PLAN_SERVE_SCREENSHOT when set (to look at), else to the test's temporary directory."""
+asks the same question again; nothing feasible shows plan-search's line; an uploaded or pasted
+config.json is searched as plan-search --model DIR/config.json searches the file. The page fetches
+nothing but its own server. The screenshot is written to $PLAN_SERVE_SCREENSHOT when set (to look
+at), else to the test's temporary directory."""
 
 from __future__ import annotations
 
@@ -149,8 +150,16 @@ def test_a_pasted_config_json_is_the_model_file(url, tmp_path):
         b.wait("document.body.dataset.ready === '1'")
         b.click(*center(b, "input[name=source][value=config]"))
         b.wait("!document.getElementById('config-model').hidden")
+        # upload: the browser reads the file and puts its text in the box
+        obj = b.send("Runtime.evaluate", expression="document.getElementById('config-file')")["result"]["objectId"]
+        b.send("DOM.setFileInputFiles", files=[str(HF / "llama3.1-8b.json")], objectId=obj)
+        b.wait("document.getElementById('config').value.length > 100")
+        assert b.eval("document.getElementById('config').value") == text
+        # paste: the same text typed over it
         b.click(*center(b, "#config"))
+        b.eval("document.getElementById('config').select()")
         b.send("Input.insertText", text=text)
+        assert b.eval("document.getElementById('config').value") == text
         type_into(b, "#config-name", "llama-8b")
         b.click(*center(b, "#gpus input[value='a100-80gb']"))  # untick the default
         b.click(*center(b, "#gpus input[value='h100-sxm']"))
