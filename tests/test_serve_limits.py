@@ -133,6 +133,24 @@ def test_wait_in_the_queue_counts_against_the_time_limit():
         assert status == 503 and doc["field"] == "time_limit_s" and "waited" in doc["message"], doc
         t.join(60)
         assert out[0][1][0] == 200
+        # a request that waits less than its limit runs with what is left, and says how long it waited;
+        # its result echoes the request as given
+        out.clear()
+        t = _post_in_thread(url, SLOW, out)
+        deadline = time.monotonic() + 5
+        while call(url, "/v1/health")[2]["active"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        import http.client
+
+        host, port = url.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        body = {"model": "gpt3", "gpu": "a100", "gpus": [512], "time_limit_s": 10}
+        conn.request("POST", "/v1/search", body=json.dumps(body), headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        res = json.loads(r.read())
+        t.join(60)
+        assert r.status == 200 and float(r.getheader("X-Queue-Wait")) > 1.0
+        assert res["request"]["time_limit_s"] == 10 and res["stats"]["proven_optimal"]
 
 
 def test_slow_and_dropped_clients_hold_up_nobody(small):
