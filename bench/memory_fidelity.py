@@ -481,6 +481,71 @@ def moe_rows_check() -> tuple[list[str], list[str]]:
     return over, unsettled
 
 
+#: How the Megatron-MoE-ModelZoo tables print their recompute modules -> Plan.recompute_modules names.
+_MODULE_WORDS = {"norm": "layernorm", "act": "moe_act"}
+
+
+def printed_modules(text: str) -> str | None:
+    """``Plan.recompute_modules`` of a row's printed "selective: <modules>" (None when it prints none)."""
+    from plan_search.planner.costmodel.plan import RECOMPUTE_MODULE_SETS, canonical_modules
+
+    m = re.match(r"\s*selective\s*:\s*(.+)", text or "", re.I)
+    if not m:
+        return None
+    mods = canonical_modules("+".join(_MODULE_WORDS.get(w.strip().lower(), w.strip().lower())
+                                      for w in re.split(r"[,+]", m.group(1)) if w.strip()))
+    return mods if mods in RECOMPUTE_MODULE_SETS else None
+
+
+def known_good_moe_check() -> list[str]:
+    """The MoE rows of planner/runs_2026_12.csv that ran but print no step time (TFLOP/s only: not rows of
+    bench/moe_fidelity.py's step-time benchmark), each a known-good configuration: completed by
+    bench/moe_fidelity.py's candidate builder (its ``_row_candidates``), their printed recompute modules
+    as ``Plan.recompute_modules`` (Megatron's ``--recompute-modules``: "layernorm, moe", "moe_act,
+    layernorm"), priced at capacity (least-memory candidate). Returns those predicted above capacity;
+    rows whose notes name a setting the planner does not price (fine-grained activation offloading of
+    single modules) are listed with it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import csv
+    from importlib import resources
+
+    import moe_fidelity as mf
+
+    text = resources.files("plan_search.planner").joinpath("runs_2026_12.csv").read_text(encoding="utf-8")
+    rows = list(csv.DictReader(text.splitlines()))
+    print("\nMoE runs that ran with no step time (TFLOP/s only; known-good configurations), needed at capacity:")
+    over = []
+    for i, row in enumerate(rows):
+        if not mf._num(row.get("num_experts")) or re.search(r"Nemotron-3|HYBRID", f"{row['model']} {row.get('notes', '')}"):
+            continue
+        if mf._num(row.get("measured_step_time_s")) or mf._num(row.get("measured_tokens_per_s_per_gpu")):
+            continue
+        key = next((k for pat, k in mf.MODELS if re.search(pat, row["model"])), None)
+        if key is None:
+            continue
+        model, gpu, n = get_model(key), mf._gpu_for(row), mf._int(row["num_gpus"])
+        cands, assumed = mf._row_candidates(row, model, mf.source_group(row["source"]), gpu, n, key)
+        mods = printed_modules(row.get("recompute", ""))
+        if mods:
+            cands = [Plan(**dict(p.model_dump(exclude={"dp"}), recompute_modules=mods)) for p in cands]
+        if not cands:
+            print(f"  {1000 + i} {key} {gpu} x{n}: no valid plan for the printed degrees")
+            continue
+        c = get_cluster(gpu)
+        mem, _, fits = memory_fit(model, c, PlanArrays.from_plans(cands, model.num_layers))
+        j = int(np.argmin(mem["total"]))
+        need = float(mem["total"][j]) / memory.GIB
+        unpriced = "fine-grained activation offloading" if re.search(r"activation offloading", row.get("notes", ""),
+                                                                       re.I) else ""
+        flag = "" if fits.any() else " ABOVE CAPACITY"
+        if flag:
+            over.append(f"{1000 + i}{' (' + unpriced + ' not priced)' if unpriced else ''}")
+        print(f"  {1000 + i} {key:16s} {gpu:12s} x{n:<4d} seq {mf._int(row['seq_len']):6d} {cands[j].label[:36]:36s} "
+              f"modules {mods or cands[j].recompute}: {need:6.1f} of {c.gpu.memory_gib:g} GiB{flag}"
+              f"{'; open: ' + ','.join(assumed) if assumed else ''}{'; notes: ' + unpriced + ', not priced' if unpriced else ''}")
+    return over
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--fit", action="store_true", help="refit the fragmentation on the rows, and leave-one-table-out")
@@ -507,10 +572,14 @@ def main() -> int:
     print(f"refused at the default headroom ({100 * memory.DEFAULT_MEMORY_HEADROOM:.0f}%): "
           f"{'; '.join(all_refused) if all_refused else 'none'}")
     moe_over, moe_unsettled = moe_rows_check()
+    good_over = known_good_moe_check()
+    print(f"MoE known-good configurations predicted above capacity: {len(good_over)}"
+          f"{': ' + '; '.join(good_over) if good_over else ''}")
     print(f"floors: median <= 8%: {'MET' if med <= 0.08 else 'NOT MET'}; no run that ran above capacity: "
           f"{'MET' if not over else 'NOT MET ' + str(over)} on the measured rows, "
           f"{'MET' if not all_over else f'NOT MET ({len(all_over)} row)'} over every dense run, "
-          f"{'MET' if not moe_over else f'NOT MET ({len(moe_over)} rows, {len(moe_unsettled)} of them with a configuration not settled)'} over every MoE run; "
+          f"{'MET' if not moe_over else f'NOT MET ({len(moe_over)} rows, {len(moe_unsettled)} of them with a configuration not settled)'} over every MoE run, "
+          f"{'MET' if not good_over else f'NOT MET ({len(good_over)} row)'} over the MoE known-good configurations; "
           f"every published OOM predicted not to fit: "
           f"{'MET' if oom_ok else 'NOT MET'}; refused at the default headroom: {refused or 'none'} of the measured rows, "
           f"{len(all_refused)} of every dense run (memory.DEFAULT_MEMORY_HEADROOM says why)")

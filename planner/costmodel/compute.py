@@ -457,8 +457,14 @@ def _selective_extra_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, ge
     (:func:`memory.op_sac_recomputed_gemm_share`) and the forward's memory-bound work (norms, RoPE,
     activation: none of it is saved)."""
     core = attn_f + np.where(x.fa, 0.0, mem_f * 0.5)
-    from plan_search.planner.costmodel import memory  # (memory imports this module)
+    from plan_search.planner.costmodel import memory, recompute  # (they import this module)
 
+    if np.any(getattr(x, "rc_mod", 0)):  # a named module set (recompute.py): the attention core and dense MLP
+        f = recompute.flags(model, x)
+        dense_share = 1.0 - (model.num_moe_layers / model.num_layers if model.is_moe else 0.0)
+        named = np.where(f["core_attn"], core, 0.0) + np.where(f["mlp"], dense_share * recompute.mlp_fwd_s(
+            model, cluster, x), 0.0)
+        core = np.where(f["explicit"], named, core)
     op = memory.op_sac_applies(model, cluster, x)
     if not np.any(op):
         return core

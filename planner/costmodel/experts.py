@@ -75,6 +75,7 @@ from plan_search.models import counting
 from plan_search.models.spec import ModelSpec
 
 from plan_search.planner.costmodel import compute
+from plan_search.planner.costmodel import recompute
 from plan_search.planner.costmodel.arrays import PlanArrays
 from plan_search.planner.costmodel.plan import max_imbalance
 
@@ -576,7 +577,8 @@ def moe_activation_delta_per_layer(model: ModelSpec, x: PlanArrays):
     rows = routed_rows(m, x)
     fe = m.expert_ffn_hidden_size / x.etp
     Tl = moe_tokens(x)
-    keep_act_out = np.where(moe_selective(m, x), 0.0, 1.0)  # moe_act recomputed under selective
+    rcf = recompute.flags(m, x)
+    keep_act_out = np.where(rcf["moe_act"], 0.0, 1.0)  # moe_act recomputed under selective
     routed = rows * (m.hidden_size * gemm_in + act_in * fe + fe * gemm_in * keep_act_out)
     if m.activation_clamp is not None:  # the eager clamps keep their input, the bf16 fc1 output (2 x fe x 2 B),
         # beside the fused activation's saved (clamped, concatenated) input: CLAMP_FWD_BYTES' passes
@@ -585,7 +587,10 @@ def moe_activation_delta_per_layer(model: ModelSpec, x: PlanArrays):
     weights = 4.0 * rows  # fp32 routing weight per routed row
     sw = m.num_shared_experts * (m.shared_expert_ffn_hidden_size or 0)
     shared = T * (act_in * sw + sw * gemm_in) / t
-    return routed + router + weights + shared - dense
+    shared = np.where(rcf["shared_experts"] & ~rcf["moe"], 0.0, shared)  # --recompute-modules shared_experts
+    # --recompute-modules moe: the MoE layer keeps only its input (recompute.py): none of its own, nor the
+    # dense MLP's a dense layer would keep
+    return np.where(rcf["moe"], -dense, routed + router + weights + shared - dense)
 
 
 def has_moe_selective_set(model: ModelSpec) -> bool:
@@ -606,14 +611,14 @@ def selective_saved_bytes_per_token(model: ModelSpec, x: PlanArrays) -> tuple:
     ``2 a hd`` for K, ``2 a v_hd`` for V). The expert activation (``moe_act``) is per MoE layer:
     :func:`moe_activation_delta_per_layer`."""
     m = model
-    sel = moe_selective(m, x)
+    rcf = recompute.flags(m, x)
     gemm_in = np.where(x.fp8 > 0, 1.0, 2.0)
     norms = 2.0 * m.hidden_size * gemm_in
     qkv = 0.0
     if m.is_mla:
         vd = m.v_head_dim or m.head_dim
         qkv = 2.0 * m.num_heads * (2 * m.head_dim + vd)
-    return np.where(sel, norms, 0.0), np.where(sel, qkv, 0.0)
+    return np.where(rcf["layernorm"], norms, 0.0), np.where(rcf["mla_up_proj"], qkv, 0.0)
 
 
 def selective_recompute_fwd_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> tuple:
@@ -624,24 +629,27 @@ def selective_recompute_fwd_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArr
     (:func:`compute.layer_times` ``selective_extra_s``) where FlashAttention runs: ``core_attn`` is
     not in the set (module docstring)."""
     m = model
-    sel = moe_selective(m, x)
+    rcf = recompute.flags(m, x)
+    sel = moe_selective(m, x) & ~rcf["explicit"]  # the default set (a named set prices each module it names)
     T = compute.tokens_per_gpu(x)
     t = x.tp.astype(float)
     norm_bytes = 2.0 * 4.0 * m.hidden_size * T * np.where(x.sp, 1.0 / t, 1.0)
-    per_layer = compute.hbm_s(norm_bytes, cluster)
+    per_layer = np.where(rcf["layernorm"], compute.hbm_s(norm_bytes, cluster), 0.0)
     if m.is_mla:
         a, hd, vd = m.num_heads, m.head_dim, m.v_head_dim or m.head_dim
         up = compute._gemm_s(T, m.kv_lora_rank, a * (m.qk_nope_head_dim + vd) / t, cluster, x.fp8)
         if m.q_lora_rank:
             up = up + compute._gemm_s(T, m.q_lora_rank, a * hd / t, cluster, x.fp8)
-        per_layer = per_layer + up
-    per_layer = per_layer - np.where(x.fa, compute.attention_fwd_s(m, cluster, x), 0.0)
+        per_layer = per_layer + np.where(rcf["mla_up_proj"], up, 0.0)
+    per_layer = per_layer - np.where(sel & x.fa, compute.attention_fwd_s(m, cluster, x), 0.0)
     per_moe = 0.0
     if m.is_moe:
         fe = m.expert_ffn_hidden_size / x.etp
         rows = routed_rows(m, x)
-        per_moe = compute.hbm_s(_act_bytes(m, rows, fe) + clamp_bytes(m, x, rows, fe)[0], cluster)
-    return np.where(sel, per_layer, 0.0), np.where(sel, per_moe, 0.0)
+        per_moe = np.where(rcf["moe_act"] & ~rcf["moe"], compute.hbm_s(
+            _act_bytes(m, rows, fe) + clamp_bytes(m, x, rows, fe)[0], cluster), 0.0)
+        per_moe = per_moe + np.where(rcf["shared_experts"] & ~rcf["moe"], recompute.shared_fwd_s(m, cluster, x), 0.0)
+    return np.where(x.recompute == 1, per_layer, 0.0), np.where(x.recompute == 1, per_moe, 0.0)
 
 
 def mla_activation_delta_per_token(model: ModelSpec, x: PlanArrays):

@@ -100,6 +100,7 @@ from plan_search.models.spec import ModelSpec
 
 from plan_search.planner.costmodel import compute
 from plan_search.planner.costmodel import experts
+from plan_search.planner.costmodel import recompute
 from plan_search.planner.costmodel.arrays import PlanArrays
 from plan_search.planner.costmodel.plan import MASTER_WEIGHT_BYTES, MOMENT_BYTES
 
@@ -372,7 +373,8 @@ def _layer_bytes(model: ModelSpec, x: PlanArrays):
     replicated = np.where(x.sp, r["replicated"] / t, r["replicated"])
     scores = r["scores"] / t
     base = replicated + r["tp_region"] / t
-    stored = T * (base + np.where((~x.fa) & (x.recompute == 0), scores, 0.0))
+    core_attn = recompute.flags(model, x)["core_attn"] | ((x.recompute == 1) & (x.rc_mod == 0))
+    stored = T * (base + np.where((~x.fa) & ((x.recompute == 0) | ((x.recompute == 1) & ~core_attn)), scores, 0.0))
     recomputed = T * 2.0 * model.hidden_size * np.where(x.sp, 1.0 / t, 1.0)
     remat = T * (base + np.where(x.fa, 0.0, scores) + rerun_peak_extra_bytes_per_token(model, x))
     return stored, recomputed, remat
@@ -539,10 +541,15 @@ def stage_layout_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     if np.any(op_sac):  # torchtitan's op-level SAC keeps its saved ops' outputs; its backward re-runs the rest
         stored = np.where(op_sac, compute.tokens_per_gpu(x) * op_sac_saved_bytes_per_token(
             model, x, eff.kernel_fusion == "compiled"), stored)
+    n_moe = experts.stage_moe_layers(model, x)[stage] if model.is_moe else 0.0
     if model.is_moe:  # the stage's MoE layers store more than a dense layer (mean over its layers)
-        n_moe = experts.stage_moe_layers(model, x)[stage]
         delta = n_moe / np.maximum(layers, 1) * experts.moe_activation_delta_per_layer(model, x)
         stored, remat = stored + delta, remat + delta
+    rc_mlp = recompute.flags(model, x)["mlp"]
+    if np.any(rc_mlp):  # --recompute-modules mlp: the dense layers' MLPs keep only their input
+        dense_share = 1.0 - n_moe / np.maximum(layers, 1)
+        stored = stored - np.where(rc_mlp, dense_share * compute.tokens_per_gpu(x)
+                                   * recompute.mlp_saved_bytes_per_token(model, x), 0.0)
     n_rc = np.minimum(x.rc_layers, layers)
     per_chunk_layers = layers / x.vpp
     # Fully recomputed layers keep their input; the others keep everything (per chunk, the

@@ -69,6 +69,41 @@ def bf16_layers_of(precision: str, bf16_layers: int | None, num_layers: int) -> 
         return min(bf16_layers, num_layers)
     rule = BF16_LAYERS_DEFAULT.get(precision)
     return rule(num_layers) if rule else 0
+#: Megatron-Core's ``--recompute-modules`` (megatron/training/arguments.py; transformer_config.py
+#: ``recompute_modules``), in the order Megatron lists them; a plan names a set joined by ``+``.
+RECOMPUTE_MODULES = ("core_attn", "mlp", "moe", "moe_act", "layernorm", "mla_up_proj", "shared_experts")
+#: The sets ``Plan.recompute_modules`` takes: each module alone and the combinations published recipes run
+#: (the MoE README's fine-grained set, the Megatron-MoE-ModelZoo's "layernorm, moe" and "norm, act", NeMo's
+#: "core_attn, mlp"), in :data:`RECOMPUTE_MODULES` order.
+RECOMPUTE_MODULE_SETS = (
+    "core_attn", "mlp", "moe", "moe_act", "layernorm", "mla_up_proj", "shared_experts",
+    "core_attn+mlp", "core_attn+layernorm", "mlp+layernorm", "moe+layernorm", "moe_act+layernorm",
+    "layernorm+mla_up_proj", "moe_act+layernorm+mla_up_proj", "moe_act+layernorm+shared_experts",
+    "moe+layernorm+mla_up_proj", "moe_act+layernorm+mla_up_proj+shared_experts", "core_attn+moe_act+layernorm",
+    "core_attn+moe_act+layernorm+mla_up_proj", "core_attn+mlp+layernorm")
+RecomputeModules = Literal[RECOMPUTE_MODULE_SETS]  # type: ignore[valid-type]
+
+
+def canonical_modules(text: str) -> str:
+    """A module set in its one spelling: the names split on ``+``, ``,`` or spaces, deduplicated and put in
+    :data:`RECOMPUTE_MODULES` order (``moe, layernorm`` -> ``moe+layernorm``); unknown names kept, for the
+    field to refuse."""
+    import re as _re
+
+    parts = [q for q in _re.split(r"[+,\s]+", text.strip().lower().replace("-", "_")) if q]
+    known = [m for m in RECOMPUTE_MODULES if m in parts]
+    return "+".join(known + [q for q in dict.fromkeys(parts) if q not in RECOMPUTE_MODULES])
+
+
+def module_mask(modules: str | None) -> int:
+    """``PlanArrays.rc_mod`` of a module set: bit ``i`` for :data:`RECOMPUTE_MODULES` ``[i]``; 0 for None
+    (the model's default set, planner/costmodel/recompute.py)."""
+    if not modules:
+        return 0
+    parts = modules.split("+")
+    return sum(1 << i for i, m in enumerate(RECOMPUTE_MODULES) if m in parts)
+
+
 DISPATCHER_CODES = {"alltoall": 0, "allgather": 1, "flex": 2}
 #: Plan.pp_schedule -> PlanArrays ``pp_sched`` (0: 1F1B, interleaved when vpp > 1; 1: DualPipe).
 PP_SCHEDULE_CODES = {"1f1b": 0, "dualpipe": 1}
@@ -145,6 +180,8 @@ def canonical_choices(data, extra: dict[str, tuple[str, ...]] | None = None):
         spelled = _spellings(k, (extra or {}).get(k, ()))
 
         def one(x):
+            if k == "recompute_modules" and isinstance(x, str):
+                return canonical_modules(x)
             return spelled.get(_folded(x), x) if isinstance(x, str) else x
 
         w = [one(x) for x in v] if isinstance(v, (list, tuple)) else one(v)
@@ -240,6 +277,10 @@ class Plan(NoBoolNumbers):
     seq_len: int = Field(gt=0, le=100_000_000)
     recompute: Literal["none", "selective", "full"] = Field(default="selective", description="activation recomputation: none, selective (attention core), full (whole layers)")
     recompute_layers: int | None = Field(default=None, ge=0, description="with recompute full: layers per stage recomputed (default all)")
+    recompute_modules: RecomputeModules | None = Field(
+        default=None, description="with recompute selective: Megatron's --recompute-modules joined by + (core_attn, "
+        "mlp, moe, moe_act, layernorm, mla_up_proj, shared_experts); default core_attn on a dense model, "
+        "moe_act+layernorm+mla_up_proj on a MoE or MLA one (planner/costmodel/recompute.py)")
     sequence_parallel: bool = Field(default=True, description="sequence parallelism with tp > 1 (Korthikanti et al. 2022)")
     flash_attention: bool = Field(default=True, description="FlashAttention kernels (no stored attention scores)")
     cudnn_sdpa: Literal["9.1", "9.19"] = Field(
@@ -433,6 +474,9 @@ class Plan(NoBoolNumbers):
             raise ValueError("first_stage_layers: an uneven split needs pp > 1; drop it or raise pp")
         if self.recompute_layers is not None and self.recompute != "full":
             raise ValueError("recompute_layers: only meaningful with recompute full")
+        if self.recompute_modules is not None and self.recompute != "selective":
+            raise ValueError("recompute_modules: only meaningful with recompute selective; set recompute selective "
+                             "or drop recompute_modules")
         if self.bf16_layers and PRECISION_CODES[self.precision] == 1:
             raise ValueError(
                 f"bf16_layers: precision {self.precision} (delayed scaling) cannot keep layers in bf16 "

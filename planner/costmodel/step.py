@@ -32,6 +32,7 @@ from plan_search.planner.costmodel import memory
 from plan_search.planner.costmodel import muon
 from plan_search.planner.costmodel import offload
 from plan_search.planner.costmodel import pipeline
+from plan_search.planner.costmodel import recompute
 from plan_search.planner.costmodel.arrays import PlanArrays
 
 TIME_KEYS = (
@@ -109,11 +110,13 @@ def _moe_stage_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, lt) 
             lt["compute_fwd_s"] + lt["membound_fwd_s"] + mla_f
             + (mt["compute_fwd_s"] + mt["membound_fwd_s"] if model.is_moe else 0.0)), 0.0)
     sel_layer, sel_moe = experts.selective_recompute_fwd_s(model, cluster, x)  # MoE/MLA selective set
+    rc_mod_moe = recompute.flags(model, x)["moe"] if model.is_moe else np.zeros(len(x), dtype=bool)
     out = {"ep_raw": {}}  # the dispatches each stage's ep_comm_s prices, before overlap: hidden_comm_s's
     for st in memory.STAGES:
         layers, nm = per_stage_layers[st].astype(float), n_moe[st]
         n_rc = np.minimum(x.rc_layers, layers)
         rc_moe = np.minimum(n_rc, nm)  # recomputed MoE layers (at most all of them)
+        rc_moe = rc_moe + np.where(rc_mod_moe, nm, 0.0)  # --recompute-modules moe: every MoE layer's forward again
         out[st] = {
             "compute_s": nm * (mt["compute_fwd_s"] + mt["compute_bwd_s"]) + layers * 3.0 * mla_f,
             "memory_bound_s": nm * (mt["membound_fwd_s"] + mt["membound_bwd_s"]),

@@ -348,11 +348,37 @@ def selective_modules(p: Plan, m: ModelSpec) -> list[str] | None:
     model (``planner.costmodel.experts``: norms, expert activation, MLA up-projections -- the MoE
     README's fine-grained set; the attention core only without FlashAttention; arguments.py@000c4ac2
     lists these choices); None for dense models (core_attn)."""
+    if p.recompute == "selective" and p.recompute_modules:  # a named set (issue 29), as Megatron spells it
+        return p.recompute_modules.split("+")
     if p.recompute != "selective" or not has_moe_selective_set(m):
         return None
     mla = m.is_mla
     return ([] if p.flash_attention else ["core_attn"]) + ["layernorm"] + (["moe_act"] if m.is_moe else []) + (
         ["mla_up_proj"] if mla else [])
+
+
+#: The module lists the writer gives for the planner's default selective sets (:func:`selective_modules`,
+#: ``--recompute-modules core_attn`` on a dense model): read back as no ``recompute_modules`` (the default).
+_DEFAULT_MODULE_LISTS = {"core_attn", "layernorm", "moe_act+layernorm", "layernorm+mla_up_proj",
+                         "moe_act+layernorm+mla_up_proj", "core_attn+layernorm", "core_attn+moe_act+layernorm",
+                         "core_attn+layernorm+mla_up_proj", "core_attn+moe_act+layernorm+mla_up_proj"}
+
+
+def _read_recompute_modules(mods) -> str | None:
+    """``Plan.recompute_modules`` of a ``--recompute-modules`` list: None for the planner's default sets
+    (:data:`_DEFAULT_MODULE_LISTS`), else the set in its one spelling; a set the plan cannot name is
+    refused in one line."""
+    from plan_search.planner.costmodel.plan import RECOMPUTE_MODULE_SETS, canonical_modules
+
+    if not mods:
+        return None
+    text = canonical_modules("+".join(mods if isinstance(mods, (list, tuple)) else [str(mods)]))
+    if text in _DEFAULT_MODULE_LISTS:
+        return None
+    if text not in RECOMPUTE_MODULE_SETS:
+        raise InputError(f"megatron: --recompute-modules {' '.join(mods)} is not a module set the plan prices; use one "
+                         f"of {', '.join(RECOMPUTE_MODULE_SETS)}")
+    return text
 
 
 def megatron_moe_args(p: Plan, m: ModelSpec) -> list[str]:
@@ -485,8 +511,10 @@ def from_megatron_namespace(ns, num_gpus: int) -> Plan:
         zero = 1 if ns.use_distributed_optimizer else 0
     recompute, rc_layers = "none", None
     gran = "selective" if ns.recompute_activations else ns.recompute_granularity
+    rc_modules = None
     if gran == "selective":
         recompute = "selective"
+        rc_modules = _read_recompute_modules(getattr(ns, "recompute_modules", None))
     elif gran == "full":
         recompute = "full"
         if ns.recompute_method == "block":
@@ -532,6 +560,7 @@ def from_megatron_namespace(ns, num_gpus: int) -> Plan:
     return _plan(**moe, **memory, **_megatron_dp_knobs(ns, num_gpus // (tp * pp * cp), zero),
         num_gpus=num_gpus, tp=tp, pp=pp, cp=cp, vpp=vpp, zero=zero, micro_batch=ns.micro_batch_size,
         global_batch=ns.global_batch_size, seq_len=ns.seq_length, recompute=recompute, recompute_layers=rc_layers,
+        recompute_modules=rc_modules,
         sequence_parallel=bool(ns.sequence_parallel) and tp > 1, flash_attention=backend not in ("unfused", "local"),
         precision=precision, bf16_layers=bf16_layers, lowp_params=lowp_params, fp32_grads=fp32_grads,
         fp8_attention=bool(ns.fp8_dot_product_attention) and precision not in ("bf16", "fp16"),

@@ -424,6 +424,10 @@ _TT_RULES = [
          f"{_TT} distributed/activation_checkpoint.py",
          lambda p, m, c: f"recompute selective on {m.name}, a MoE/MLA model" if p.recompute == "selective"
          and (m.is_moe or m.is_mla) else None),
+    Rule("torchtitan-recompute-modules", "torchtitan", "selective AC is op-level or per block; Megatron's "
+         "--recompute-modules sets are not a torchtitan setting: leave recompute_modules unset",
+         f"{_TT} distributed/activation_checkpoint.py",
+         lambda p, m, c: f"recompute_modules {p.recompute_modules}" if p.recompute_modules else None),
     Rule("torchtitan-ac-freq", "torchtitan", "layer SAC checkpoints every n-th block of a rank, so "
          "recompute_layers must be floor(layers/n) on every stage for one n",
          f"{_TT} distributed/activation_checkpoint.py _apply_layer_sac",

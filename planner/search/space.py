@@ -193,6 +193,8 @@ def _combo_row_mask(combo: dict, x: PlanArrays) -> np.ndarray:
         ok &= x.cp == 1  # context parallelism needs FlashAttention (Plan rule)
     if combo.get("dp_shard"):
         ok &= x.dp % int(combo["dp_shard"]) == 0  # shard groups must divide dp (Plan rule, issue 12)
+    if combo.get("recompute_modules"):  # a module set belongs to selective recomputation (Plan rule, issue 29)
+        ok &= x.recompute == 1
     if combo.get("pp_schedule") == "dualpipe":  # even pp, vpp 1, even micro-batch count (Plan rule, issue 13)
         ok &= (x.pp % 2 == 0) & (x.vpp == 1) & (x.m % 2 == 0)
     return ok
