@@ -78,9 +78,19 @@ def attention_gemm_weights(m: ModelSpec) -> int:
     if m.is_mla:
         q = h * m.q_lora_rank + m.q_lora_rank * a * hd if m.q_lora_rank else h * a * hd
         kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank * a * (m.qk_nope_head_dim + vd)
-        return q + kv + a * vd * h
+        return q + kv + a * vd * h + indexer_gemm_weights(m)
     g = m.num_kv_heads
     return h * a * hd + h * g * hd + h * g * vd + a * vd * h
+
+
+def indexer_gemm_weights(m: ModelSpec) -> int:
+    """DeepSeek Sparse Attention's lightning indexer (DeepSeek-V3.2 inference/model.py ``Indexer``): ``wq_b``
+    from the query latent to ``index_n_heads x index_head_dim``, ``wk`` from the hidden state to one key of
+    ``index_head_dim``, ``weights_proj`` from the hidden state to one weight per indexer head. 0 without DSA."""
+    if not m.is_sparse_attention:
+        return 0
+    q_in = m.q_lora_rank or m.hidden_size
+    return q_in * m.index_n_heads * m.index_head_dim + m.hidden_size * m.index_head_dim + m.hidden_size * m.index_n_heads
 
 
 # ---------------------------------------------------------------- parameters
@@ -98,7 +108,8 @@ def attention_params(m: ModelSpec) -> int:
     out_bias = m.hidden_size if m.bias else 0
     qk_norm = 2 * m.head_dim if m.qk_norm else 0
     sinks = m.num_heads if m.attention_sinks else 0
-    return weights + in_bias + out_bias + latent_norms + qk_norm + sinks
+    index_norm = 2 * m.index_head_dim if m.is_sparse_attention else 0  # the indexer's k_norm (LayerNorm)
+    return weights + in_bias + out_bias + latent_norms + qk_norm + sinks + index_norm
 
 
 def mlp_params(m: ModelSpec, ffn: int) -> int:
@@ -370,9 +381,36 @@ def attention_products_flops_per_token(m: ModelSpec, span):
     return 2.0 * span * m.num_heads * (m.head_dim + m.v_head_dim)
 
 
+def sparse_attention_flops_per_token(m: ModelSpec, seq_len, causal: bool = False):
+    """Forward FLOPs per token of one DeepSeek Sparse Attention layer (DeepSeek-V3.2-Exp report, Sec. 2.1):
+
+    - the lightning indexer scores every earlier key: ``I(t,s) = sum_j w(t,j) ReLU(q(t,j) . k(s))`` over
+      ``index_n_heads`` heads of ``index_head_dim``: ``2 H_I d_I + 2 H_I`` FLOPs per (query, key) pair, over the
+      causal span (``s/2`` keys on average; ``s`` when counting non-causally);
+    - attention over the ``index_topk`` keys it picks, run as MLA in MQA mode (the report: "we implement DSA
+      based on MLA in MQA mode"): every head scores the shared latent key (``kv_lora_rank + qk_rope_head_dim``)
+      and reads the shared latent value (``kv_lora_rank``): ``2 a (2 c + r)`` FLOPs per selected key, where a
+      query at position ``t`` selects ``min(t, k)`` keys: on average ``k - k^2 / (2 s)`` over ``s >= k``
+      positions, ``s / 2`` below (``min(s, k)`` non-causally)."""
+    s = np.asarray(seq_len, dtype=float)
+    k = float(m.index_topk)
+    hi, di = m.index_n_heads, m.index_head_dim
+    if causal:
+        pairs = s / 2.0
+        chosen = np.where(s <= k, s / 2.0, k - k * k / (2.0 * np.maximum(s, 1.0)))
+    else:
+        pairs, chosen = s, np.minimum(s, k)
+    c, r = m.kv_lora_rank, m.qk_rope_head_dim
+    out = pairs * 2.0 * hi * (di + 1) + chosen * 2.0 * m.num_heads * (2 * c + r)
+    return _scalar_or_array(out)
+
+
 def attention_flops_per_token(m: ModelSpec, seq_len, causal: bool = False):
     """Forward FLOPs per token of ``QK^T`` and ``A V`` over all blocks (local layers at their window;
-    ``seq_len`` a number or a numpy array)."""
+    ``seq_len`` a number or a numpy array); DeepSeek Sparse Attention's indexer and top-k attention
+    (:func:`sparse_attention_flops_per_token`) where the model has it."""
+    if m.is_sparse_attention:
+        return m.num_layers * sparse_attention_flops_per_token(m, seq_len, causal)
     return attention_products_flops_per_token(m, total_attention_span(m, seq_len, causal))
 
 
@@ -390,7 +428,8 @@ def mtp_flops_terms_per_token(m: ModelSpec, seq_len, causal: bool = False) -> tu
     if not d:
         return 0.0, 0.0, 0.0
     block = moe_layer_gemm_flops_per_token(m) if m.is_moe else dense_layer_gemm_flops_per_token(m)
-    attn = attention_products_flops_per_token(m, attention_span(m, seq_len, causal=causal, local=False))
+    attn = (sparse_attention_flops_per_token(m, seq_len, causal) if m.is_sparse_attention else
+            attention_products_flops_per_token(m, attention_span(m, seq_len, causal=causal, local=False)))
     head = 2.0 * 2 * m.hidden_size * m.hidden_size + logits_flops_per_token(m)
     return d * block, d * attn, d * head
 

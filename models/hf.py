@@ -108,6 +108,7 @@ GATED_FAMILIES = frozenset(
         "olmo", "olmo2", "olmoe", "granite", "granitemoe", "internlm2", "baichuan", "cohere",
         "yi", "exaone", "minicpm", "stablelm", "jamba", "dbrx", "arctic", "glm", "glm4",
         "hunyuan", "ernie4_5", "smollm3", "llama4_text", "minimax", "mistral3", "gpt_oss", "kimi_k2",
+        "deepseek_v32",
     }
 )
 # Config classes whose ``tie_word_embeddings`` defaults to False (HF's base default is True).
@@ -117,7 +118,7 @@ UNTIED_FAMILIES = frozenset(
         "deepseek_v2", "deepseek_v3", "gpt_neox", "nemotron", "phi3", "olmo", "olmo2", "olmoe",
         "granite", "granitemoe", "internlm2", "baichuan", "falcon", "jamba", "dbrx", "arctic",
         "stablelm", "exaone", "minicpm", "hunyuan", "llama4_text", "mistral3", "gpt_oss", "kimi_k2",
-        "llama4",  # HF Llama4Config (the wrapper, read when text_config names no model_type)
+        "deepseek_v32", "llama4",  # HF Llama4Config (the wrapper, read when text_config names no model_type)
     }
 )
 RMSNORM_FAMILIES = frozenset(
@@ -139,7 +140,7 @@ QK_NORM_FAMILIES = frozenset({"qwen3", "qwen3_moe", "gemma3", "gemma3_text"})
 # on the experts and on the router, one learned sink logit per head.
 SINK_FAMILIES = frozenset({"gpt_oss"})
 # DeepSeek-V2/V3-style configs (Kimi-K2 reuses DeepseekV3ForCausalLM with model_type kimi_k2).
-DEEPSEEK_FAMILIES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2"})
+DEEPSEEK_FAMILIES = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32"})
 
 # The training sequence length of a config.json (issue 23): its max_position_embeddings is the context window
 # the model serves (often extended after pre-training: Qwen3-8B 40,960, Qwen2.5 131,072), not the length it was
@@ -243,7 +244,8 @@ _SPEC_KEYS: dict[str, _Keys] = {
     "activation_clamp": _Keys(("swiglu_limit",)),
 }
 # model_types read with another family's config class
-_HF_CLASS_OF = {"kimi_k2": "deepseek_v3", "llama4": "llama4_text"}
+# deepseek_v32 (DeepSeek-V3.2-Exp's config.json, read by its DeepseekV3-based modeling code plus the indexer keys)
+_HF_CLASS_OF = {"kimi_k2": "deepseek_v3", "llama4": "llama4_text", "deepseek_v32": "deepseek_v3"}
 # Families whose experts are intermediate_size wide (HF MixtralBlockSparseTop2MLP, GptOssExperts,
 # Llama4TextExperts); the others' experts are moe_intermediate_size wide.
 _EXPERTS_IN_INTERMEDIATE = frozenset({"mixtral", "gpt_oss", "llama4_text"})
@@ -309,9 +311,6 @@ _UNMODELLED: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
      ("linear_num_value_heads", "linear_num_key_heads", "linear_key_head_dim", "linear_value_head_dim",
       "linear_conv_kernel_dim", "full_attention_interval"),
      ("qwen3_next", "minimax", "minimax_m1", "lfm2", "rwkv", "rwkv7", "recurrent_gemma", "xlstm")),
-    ("DeepSeek Sparse Attention's lightning indexer and top-k attention (DeepSeek-V3.2)",
-     ("index_n_heads", "index_head_dim", "index_topk"),
-     ("deepseek_v32",)),
 )
 
 
@@ -660,6 +659,16 @@ def _mla_fields(cfg: dict[str, Any], family: str, where: str) -> dict[str, Any]:
     out["head_dim"] = out["qk_nope_head_dim"] + out["qk_rope_head_dim"]
     # an unknown family's missing v_head_dim: the non-rotary width (the spec's own head_dim rule)
     out["v_head_dim"] = read("v_head_dim", required=False) or out["qk_nope_head_dim"]
+    # DeepSeek Sparse Attention (deepseek_v32: its config.json's index_n_heads, index_head_dim, index_topk; the
+    # DeepSeek-V3.2-Exp inference code's ModelArgs reads all three, no defaults taken here)
+    stray = [k for k in ("index_n_heads", "index_head_dim", "index_topk") if cfg.get(k) is not None]
+    if stray and family != "deepseek_v32":
+        raise InputError(f"{where}: {', '.join(stray)}: DeepSeek Sparse Attention's keys with model_type {family}, "
+                         "whose config class does not read them; set model_type deepseek_v32 or drop them")
+    if family == "deepseek_v32":
+        for key, what in (("index_n_heads", "lightning-indexer heads"), ("index_head_dim", "lightning-indexer head "
+                          "width"), ("index_topk", "keys each query attends to")):
+            out[key] = _int(cfg, (key,), where, required=True, what=what)
     return out
 
 

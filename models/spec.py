@@ -196,6 +196,17 @@ class ModelSpec(NoBoolNumbers):
     mtp_num_layers: int = Field(
         default=0, ge=0, le=100, description="multi-token-prediction depths trained with the model (DeepSeek-V3: 1)"
     )
+    index_n_heads: int | None = Field(
+        default=None, gt=0, le=100_000, description="DeepSeek Sparse Attention: lightning-indexer heads (DeepSeek-V3.2: "
+        "64); None = dense attention",
+    )
+    index_head_dim: int | None = Field(
+        default=None, gt=0, le=100_000, description="DeepSeek Sparse Attention: lightning-indexer head width (V3.2: 128)"
+    )
+    index_topk: int | None = Field(
+        default=None, gt=0, le=100_000_000, description="DeepSeek Sparse Attention: keys each query attends to, chosen "
+        "by the indexer (V3.2: 2048)",
+    )
 
     aliases: tuple[str, ...] = ()
     source: str = Field(default="user supplied", description="paper/table or config the shape comes from")
@@ -288,6 +299,17 @@ class ModelSpec(NoBoolNumbers):
                 raise ValueError("moe_capacity_factor: set only together with num_experts > 0")
         if self.shared_expert_gate and not self.num_shared_experts:
             raise ValueError("shared_expert_gate: set only together with num_shared_experts > 0")
+        dsa = ("index_n_heads", "index_head_dim", "index_topk")
+        given = [f for f in dsa if getattr(self, f) is not None]
+        if given and len(given) < 3:
+            missing = [f for f in dsa if f not in given]
+            raise ValueError(f"{missing[0]}: DeepSeek Sparse Attention needs {', '.join(dsa)} together; set it or drop "
+                             f"{', '.join(given)}")
+        if given and self.kv_lora_rank is None:
+            raise ValueError("index_topk: DeepSeek Sparse Attention runs on multi-head latent attention (MQA mode over "
+                             "the latent); set kv_lora_rank, or drop the index_* fields")
+        if given and self.attention_window is not None:
+            raise ValueError("index_topk: sparse attention with attention_window is not modelled; drop one")
         mla_dims = ("q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim")
         if self.kv_lora_rank is None:
             for field in mla_dims:
@@ -343,6 +365,11 @@ class ModelSpec(NoBoolNumbers):
     def is_mla(self) -> bool:
         """Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2)."""
         return self.kv_lora_rank is not None
+
+    @property
+    def is_sparse_attention(self) -> bool:
+        """DeepSeek Sparse Attention (DeepSeek-V3.2): a lightning indexer picks ``index_topk`` keys per query."""
+        return self.index_topk is not None
 
     def is_moe_layer(self, i: int) -> bool:
         """Whether block ``i`` (0-based) has a mixture-of-experts MLP."""

@@ -136,8 +136,6 @@ DSV32 = {**_cfg("deepseek-v3"), "model_type": "deepseek_v32", "index_head_dim": 
          ["mamba_num_heads, mamba_head_dim, mamba_hidden_act ...: Mamba-2"]),
         (QWEN3_NEXT, ["model_type qwen3_next", "linear-attention (Gated DeltaNet) layers", "not modelled"]),
         ({**QWEN3_NEXT, "model_type": "qwen3_moe"}, ["linear_key_head_dim", "linear-attention"]),
-        (DSV32, ["model_type deepseek_v32 (index_n_heads, index_head_dim, index_topk)",
-                 "DeepSeek Sparse Attention's lightning indexer", "not modelled"]),
         ({**DSV32, "model_type": "deepseek_v3"}, ["index_n_heads, index_head_dim, index_topk: DeepSeek Sparse"]),
     ],
 )

@@ -172,6 +172,8 @@ def attention_fwd_flops(model: ModelSpec, x: PlanArrays):
     :func:`counting.attention_span`)."""
     T = tokens_per_gpu(x)
     fused = counting.attention_flops_per_token(model, x.seq, causal=True) / model.num_layers
+    if model.is_sparse_attention:  # DSA's indexer and sparse kernels are fused kernels of their own
+        return T * fused / x.tp
     unfused = counting.attention_products_flops_per_token(model, x.seq.astype(float))  # span s: the square
     return T * np.where(x.fa, fused, unfused) / x.tp
 

@@ -52,6 +52,8 @@ def cp_layer_comm(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, tokens,
     hd, vd = model.head_dim, model.v_head_dim
     kv_heads = np.maximum(model.num_kv_heads, x.tp) / x.tp  # GQA heads replicated when tp exceeds them
     kv_width = kv_heads * hd
+    if model.is_sparse_attention:  # DSA runs MLA in MQA mode: the ring passes the shared latent and indexer key
+        kv_width = np.full(len(x), (model.kv_lora_rank + model.qk_rope_head_dim + model.index_head_dim) / 2.0)
     k = comm.members_per_domain(x.tp, x.cp, cluster, x.num_gpus)
     on = x.cp > 1
 

@@ -495,6 +495,12 @@ def mla_attention_fwd_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
     o = compute._gemm_s(T, a * vd / t, h, cluster, x.fp8)
     qd, kvd = a * hd, m.num_kv_heads * hd
     dense = compute._gemm_s(T, h, (qd + 2 * kvd) / t, cluster, x.fp8) + compute._gemm_s(T, qd / t, h, cluster, x.fp8)
+    # DeepSeek Sparse Attention's lightning indexer projections (counting.indexer_gemm_weights): its query
+    # heads split over tp with the attention heads, its shared key and head weights replicated
+    if m.is_sparse_attention:
+        hi, di = m.index_n_heads, m.index_head_dim
+        q = q + compute._gemm_s(T, qr or h, hi * di / t, cluster, x.fp8)
+        kv = kv + compute._gemm_s(T, h, di + hi, cluster, x.fp8)
     # the attention core (A V at v_head_dim) is compute.attention_fwd_s's (counting's a*(hd+vd))
     return q + kv + o - dense
 
@@ -665,5 +671,8 @@ def mla_activation_delta_per_token(model: ModelSpec, x: PlanArrays):
     a, hd, vd = m.num_heads, m.head_dim, m.v_head_dim or m.head_dim
     tp_region = 2.0 * a * (vd - hd) + a * (vd - hd) * gemm_in + np.zeros(len(x))
     latent = 4.0 * ((m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim) + np.zeros(len(x))
+    if m.is_sparse_attention:  # DSA: the indexer's queries (tp region), its key, head weights and the top-k indices
+        tp_region = tp_region + 2.0 * m.index_n_heads * m.index_head_dim
+        latent = latent + 2.0 * m.index_head_dim + 4.0 * m.index_n_heads + 4.0 * m.index_topk
     saved_rep, saved_tp = selective_saved_bytes_per_token(model, x)
     return tp_region - saved_tp, latent - saved_rep
