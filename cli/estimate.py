@@ -292,11 +292,17 @@ def format_table(est, cluster, model, headroom: float, overrides: Sequence[str] 
                      f"{_money(r.cost_usd)}")
         lines += _kv("  energy", f"{_num(r.energy_kwh)} kWh ({_sig(est.power_kw)} kW with PUE {cluster.pue:g}), "
                      f"{_money(r.energy_cost_usd)}")
+        lines += _kv("  no failures", f"{r.days_without_failures:,.1f} days, "
+                     f"{_money(r.cost_usd_without_failures)} (failures add {r.days - r.days_without_failures:,.1f} "
+                     f"days, {_money(r.cost_usd - r.cost_usd_without_failures)}; ~{_num(r.expected_interruptions)} "
+                     "interruptions)")
         lines += _kv("  checkpoints", f"{_secs(r.checkpoint_write_s)} per write, "
                      f"{_pct(r.checkpoint_overhead_fraction, 2)} of the run")
         loading = "ok" if r.data_loading_ok else "STALLS"
         lines += _kv("  data loading", f"{loading} ({_secs(r.data_read_s_per_step)} read per step)")
         lines.append("")
+    lines += goodput_lines(est)
+    lines.append("")
 
     lines += _efficiency_lines(est.efficiency)
     return "\n".join(lines)
@@ -329,6 +335,28 @@ def _as_run(framework: str | None, emit: bool, plan, model, cluster):
     return plan, (emitters.emit(framework, plan, model, cluster) if emit else None)
 
 
+def goodput_lines(est) -> list[str]:
+    """Goodput, its badput split, what it assumed and the interval in the frameworks' terms."""
+    rc, b = est.recovery, est.badput
+    lines = ["goodput (failures, restarts and checkpoint saves: planner/costmodel/goodput.py)"]
+    lines += _kv("  goodput", f"{_pct(est.goodput)} of the wall time trains; badput: checkpoint save "
+                 f"{_pct(b.checkpoint_save, 2)}, lost progress {_pct(b.lost_progress, 2)}, restart "
+                 f"{_pct(b.restart, 2)}, restore {_pct(b.restore, 2)}")
+    if rc.mtbf_h is None:
+        lines += _kv("  failures", "off (failure rate 0)")
+    else:
+        lines += _wrap(f"{rc.failure_rate_per_1000_gpu_days:.3g} per 1,000 GPU-days ({rc.failure_rate_source}): "
+                       f"one every {rc.mtbf_h:.2f} h on {est.plan.num_gpus} GPUs; restart {_secs(rc.restart_s)}, "
+                       f"restore {_secs(rc.restore_s)}", indent=" " * LABEL, first=f"{'  failures':<{LABEL}}")
+    mode = "asynchronous (only the device-to-host copy blocks)" if rc.async_checkpoint else "synchronous"
+    how = "as given" if rc.checkpoint_interval_given else "maximises goodput"
+    lines += _kv("  save every", f"{_num(est.checkpoint_interval_steps)} steps ({_secs(est.checkpoint_interval_s)}, "
+                 f"{how}); {mode}, blocks {_secs(rc.checkpoint_save_blocking_s)} a save")
+    for fw in ("megatron", "torchtitan", "nemo"):
+        lines += _wrap(rc.framework_settings[fw], indent=" " * LABEL, first=f"{'    ' + fw:<{LABEL}}")
+    return lines
+
+
 # ------------------------------------------------------------------ command
 
 
@@ -347,8 +375,16 @@ def _as_run(framework: str | None, emit: bool, plan, model, cluster):
 @click.option("--memory-headroom", type=float, default=0.07, show_default=True,  # = memory.DEFAULT_MEMORY_HEADROOM (tested)
               help="fraction of GPU memory kept free when judging fit")
 @click.option("--tokens", type=TokenCount(), default=None, help="token budget for run figures, e.g. 300e9 or 300B")
-@click.option("--checkpoint-interval-h", type=float, default=1.0, show_default=True,
-              help="hours between checkpoints (run figures)")
+@click.option("--checkpoint-interval-h", type=float, default=None,
+              help="hours between checkpoints  [default: the interval that maximises goodput; 1 without failures]")
+@click.option("--failure-rate", type=float, default=None,
+              help="job-interrupting failures per 1,000 GPU-days; 0 turns failures off  [default: the cluster "
+                   "file's, else the GPU type's preset: H100 0.47 (Llama 3), A100 0.81 (Meta RSC-1)]")
+@click.option("--restart-minutes", type=float, default=None,
+              help="minutes to detect a failure and restart, before the checkpoint is read  [default: the "
+                   "cluster file's, else 10]")
+@click.option("--async-checkpoint/--no-async-checkpoint", default=True, show_default=True,
+              help="save checkpoints asynchronously (only the device-to-host copy blocks)")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="what-if override of the cluster, e.g. gpu.hbm_bandwidth_gbps=3000 (repeatable)")
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True, help="output format")
@@ -373,7 +409,8 @@ def _as_run(framework: str | None, emit: bool, plan, model, cluster):
               help="with --from: write the file with the best alternative applied (atomically; never the input)")
 @guarded
 def main(model_ref: str, gpu_ref: str, num_gpus: int, dp: int | None, global_batch: int | None,
-         seq_len: int | None, memory_headroom: float, tokens: float | None, checkpoint_interval_h: float,
+         seq_len: int | None, memory_headroom: float, tokens: float | None, checkpoint_interval_h: float | None,
+         failure_rate: float | None, restart_minutes: float | None, async_checkpoint: bool,
          sets: tuple[str, ...], fmt: str, framework: str | None, emit: bool, from_path: str | None = None,
          launch: int | None = None, improve: bool = False, improve_gpus: str | None = None,
          output: str | None = None, **knob_args) -> None:
@@ -390,7 +427,7 @@ def main(model_ref: str, gpu_ref: str, num_gpus: int, dp: int | None, global_bat
     from plan_search.models.resolve import resolve_model
     from plan_search.planner.costmodel.estimate import estimate, plan_for_model
 
-    if not (math.isfinite(checkpoint_interval_h) and checkpoint_interval_h > 0):
+    if checkpoint_interval_h is not None and not (math.isfinite(checkpoint_interval_h) and checkpoint_interval_h > 0):
         raise InputError(f"checkpoint_interval_h: {checkpoint_interval_h} must be a positive number of hours")
     if not math.isfinite(memory_headroom):
         raise InputError(f"memory_headroom: {memory_headroom} must be in [0, 1)")
@@ -430,7 +467,8 @@ def main(model_ref: str, gpu_ref: str, num_gpus: int, dp: int | None, global_bat
     ))
     plan, launch = _as_run(framework, emit, plan, model, cluster)
     est = estimate(model, cluster, plan, memory_headroom=memory_headroom, tokens=tokens,
-                   checkpoint_interval_h=checkpoint_interval_h)
+                   checkpoint_interval_h=checkpoint_interval_h, failure_rate=failure_rate,
+                   restart_minutes=restart_minutes, async_checkpoint=async_checkpoint)
     if fmt.lower() == "json":
         if launch is None:
             click.echo(est.model_dump_json(indent=2))

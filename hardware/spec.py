@@ -268,6 +268,12 @@ class ClusterSpec(_Frozen):
     energy_price_usd_per_kwh: float = Field(default=0.10, ge=0, le=1e3)
     storage_read_gbps: float = Field(default=100.0, gt=0, le=1e9, description="aggregate, GB/s")
     storage_write_gbps: float = Field(default=50.0, gt=0, le=1e9, description="aggregate, GB/s")
+    failures_per_1000_gpu_days: float | None = Field(
+        default=None, ge=0, le=1e6, description="job-interrupting failures per 1,000 GPU-days; None: the GPU "
+        "type's preset (planner.costmodel.goodput.preset_for); 0: no failures")
+    restart_minutes: float | None = Field(
+        default=None, ge=0, le=1e6, description="minutes to detect a failure and restart, before the checkpoint "
+        "is read; None: planner.costmodel.goodput.RESTART_S_DEFAULT")
     efficiency: EfficiencySpec = EfficiencySpec()
     sources: dict[str, str] = Field(default_factory=dict)
 

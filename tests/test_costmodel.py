@@ -111,7 +111,7 @@ def test_time_breakdown_sums_to_step_and_memory_breakdown_to_peak():
     # Narayanan et al. 2021 Table 2: 141 TFLOP/s (hardware count) -> 20.8 s per step.
     assert e.step_time_s == pytest.approx(20.83, rel=0.10)
     assert e.hardware_tflops_per_gpu == pytest.approx(141, rel=0.10)
-    assert e.run.days == pytest.approx(300e9 / (1536 * 2048) * e.step_time_s / 86400 / (1 - e.run.checkpoint_overhead_fraction), rel=1e-3)
+    assert e.run.days == pytest.approx(300e9 / (1536 * 2048) * e.step_time_s / 86400 / e.goodput, rel=1e-3)
     assert e.run.cost_usd == pytest.approx(e.run.gpu_hours * A100.price_per_gpu_hour_usd, rel=1e-9)
 
 

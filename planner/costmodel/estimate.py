@@ -21,6 +21,7 @@ from plan_search.models.resolve import resolve_model
 from plan_search.models.spec import ModelSpec
 
 from plan_search.planner.costmodel import compute
+from plan_search.planner.costmodel import goodput
 from plan_search.planner.costmodel.arrays import PlanArrays
 from plan_search.planner.costmodel.evaluate import GIB, MFU_CONVENTION, evaluate
 from plan_search.planner.costmodel.memory import DEFAULT_MEMORY_HEADROOM, STAGES
@@ -99,6 +100,38 @@ class RunEstimate(_Doc):
     checkpoint_overhead_fraction: float
     data_read_s_per_step: float
     data_loading_ok: bool
+    days_without_failures: float = Field(description="the same run with no failures: training and its "
+                                         "checkpoint saves alone")
+    cost_usd_without_failures: float
+    expected_interruptions: float = Field(description="failures expected over the run's wall time")
+
+
+class Badput(_Doc):
+    """Shares of the run's wall time that do not train, in the categories of Google's ML Productivity
+    Goodput; with ``goodput`` they sum to 1 (:mod:`planner.costmodel.goodput`)."""
+
+    checkpoint_save: float
+    lost_progress: float
+    restart: float
+    restore: float
+
+
+class Recovery(_Doc):
+    """What the goodput figure assumed: the failure rate and its source, the job's mean time between
+    failures, the restart, restore and save times, and the interval in the frameworks' own terms."""
+
+    failure_rate_per_1000_gpu_days: float
+    failure_rate_source: str
+    mtbf_h: float | None = Field(description="None without failures")
+    restart_s: float
+    restore_s: float
+    async_checkpoint: bool
+    checkpoint_save_blocking_s: float = Field(description="seconds one save stops training (the whole write "
+                                              "when synchronous, the device-to-host staging when asynchronous)")
+    checkpoint_interval_given: bool = Field(description="the interval was given (checkpoint_interval_h); "
+                                            "else it maximises goodput")
+    framework_settings: dict[str, str] = Field(description="the interval (and asynchronous saving) in each "
+                                               "framework's own terms")
 
 
 class Estimate(_Doc):
@@ -129,6 +162,12 @@ class Estimate(_Doc):
     power_kw: float
     memory: MemoryBreakdown
     time: TimeBreakdown
+    goodput: float = Field(description="share of the run's wall time that trains (failures, restarts, restores "
+                           "and checkpoint saves priced: planner.costmodel.goodput)")
+    checkpoint_interval_s: float = Field(description="training seconds between checkpoints (whole steps)")
+    checkpoint_interval_steps: int
+    badput: Badput
+    recovery: Recovery
     run: RunEstimate | None
     efficiency: EfficiencySpec
 
@@ -148,6 +187,13 @@ class Estimate(_Doc):
             row[f"memory_{k}"] = v
         for k, v in d["time"].items():
             row[f"time_{k}"] = v
+        for k in ("goodput", "checkpoint_interval_s", "checkpoint_interval_steps"):
+            row[k] = d[k]
+        for k, v in d["badput"].items():
+            row[f"badput_{k}"] = v
+        for k, v in d["recovery"].items():
+            if k != "framework_settings":
+                row[f"recovery_{k}"] = v
         run = d["run"] or {}
         for k in RunEstimate.model_fields:
             row[f"run_{k}"] = run.get(k)
@@ -194,7 +240,7 @@ def _check_api_inputs(model, cluster, plan, memory_headroom, tokens, checkpoint_
         raise InputError(f"memory_headroom: {short_repr(memory_headroom)} is not a fraction in [0, 1)")
     if tokens is not None and not isinstance(tokens, str) and not number(tokens):
         raise InputError(f"tokens: {short_repr(tokens)} is not a token count (e.g. 300e9 or '300B')")
-    if not (number(checkpoint_interval_h) and 0 < checkpoint_interval_h <= 1e6):
+    if checkpoint_interval_h is not None and not (number(checkpoint_interval_h) and 0 < checkpoint_interval_h <= 1e6):
         raise InputError(f"checkpoint_interval_h: {short_repr(checkpoint_interval_h)} must be a number of hours "
                          "in (0, 1e6]")
 
@@ -212,7 +258,10 @@ def estimate(
     *,
     memory_headroom: float = DEFAULT_MEMORY_HEADROOM,
     tokens: float | None = None,
-    checkpoint_interval_h: float = 1.0,
+    checkpoint_interval_h: float | None = None,
+    failure_rate: float | None = None,
+    restart_minutes: float | None = None,
+    async_checkpoint: bool = True,
     sets: Sequence[str] = (),
     framework: str | None = None,
     compiled: bool = True,
@@ -232,6 +281,7 @@ def estimate(
     model cannot import: :mod:`plan_search.planner.estimate`).
     """
     _check_api_inputs(model, cluster, plan, memory_headroom, tokens, checkpoint_interval_h)
+    rec = recovery_of(failure_rate, restart_minutes, async_checkpoint, checkpoint_interval_h)
     if framework is not None and not isinstance(framework, str):  # was an AttributeError deep inside
         raise InputError(f"framework: {short_repr(framework)} is not a framework name (megatron, deepspeed, "
                          "torchtitan, nemo)")
@@ -265,8 +315,31 @@ def estimate(
         p = plan_defaults(p, m, c)
     check_plan(m, c, p)
     x = PlanArrays.from_plans([p], m.num_layers)
-    r = evaluate(m, c, x, memory_headroom=memory_headroom, tokens=tokens, checkpoint_interval_h=checkpoint_interval_h)
+    r = evaluate(m, c, x, memory_headroom=memory_headroom, tokens=tokens, recovery=rec)
     return pack(m, c, p, r, 0, tokens)
+
+
+def recovery_of(failure_rate=None, restart_minutes=None, async_checkpoint=True,
+                checkpoint_interval_h=None) -> "goodput.Recovery":
+    """The :class:`goodput.Recovery` of the options (``failure_rate`` per 1,000 GPU-days, 0: no
+    failures; ``restart_minutes``; ``async_checkpoint``; ``checkpoint_interval_h``, None: the
+    optimum), each checked: one InputError naming the option."""
+    import math
+
+    def bad(v, hi):
+        return isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= hi
+
+    if failure_rate is not None and bad(failure_rate, 1e6):
+        raise InputError(f"failure_rate: {short_repr(failure_rate)} must be failures per 1,000 GPU-days in "
+                         "[0, 1e6] (0 turns failures off)")
+    if restart_minutes is not None and bad(restart_minutes, 1e6):
+        raise InputError(f"restart_minutes: {short_repr(restart_minutes)} must be minutes in [0, 1e6]")
+    if not isinstance(async_checkpoint, bool):
+        raise InputError(f"async_checkpoint: {short_repr(async_checkpoint)} must be true or false")
+    return goodput.Recovery(
+        failures_per_1000_gpu_days=None if failure_rate is None else float(failure_rate),
+        restart_s=None if restart_minutes is None else float(restart_minutes) * 60.0,
+        async_checkpoint=async_checkpoint, checkpoint_interval_h=checkpoint_interval_h)
 
 
 def degrees_against_model(model: ModelSpec, fields: dict) -> None:
@@ -366,7 +439,21 @@ def pack(m: ModelSpec, c: ClusterSpec, p: Plan, r: dict, i: int, tokens: float |
             checkpoint_overhead_fraction=g(r["checkpoint_overhead_fraction"]),
             data_read_s_per_step=g(r["data_read_s"]),
             data_loading_ok=bool(r["data_loading_ok"][i]),
+            days_without_failures=g(r["days_without_failures"]),
+            cost_usd_without_failures=g(r["cost_usd_without_failures"]),
+            expected_interruptions=g(r["expected_interruptions"]),
         )
+    steps_iv = int(g(r["checkpoint_interval_steps"]))
+    mtbf = g(r["mtbf_s"])
+    recovery = Recovery(
+        failure_rate_per_1000_gpu_days=float(r["failure_rate_per_1000_gpu_days"]),
+        failure_rate_source=str(r["failure_rate_source"]),
+        mtbf_h=mtbf / 3600.0 if mtbf < float("inf") else None,
+        restart_s=g(r["restart_s"]), restore_s=g(r["restore_s"]), async_checkpoint=bool(r["async_checkpoint"]),
+        checkpoint_save_blocking_s=g(r["checkpoint_save_blocking_s"]),
+        checkpoint_interval_given=bool(r["checkpoint_interval_given"]),
+        framework_settings=goodput.framework_settings(steps_iv, bool(r["async_checkpoint"])),
+    )
     return Estimate(
         model=m.name,
         cluster=c.name,
@@ -390,6 +477,11 @@ def pack(m: ModelSpec, c: ClusterSpec, p: Plan, r: dict, i: int, tokens: float |
         power_kw=g(r["power_kw"]),
         memory=memory,
         time=time,
+        goodput=g(r["goodput"]),
+        checkpoint_interval_s=g(r["checkpoint_interval_s"]),
+        checkpoint_interval_steps=steps_iv,
+        badput=Badput(**{k: g(v) for k, v in r["badput"].items()}),
+        recovery=recovery,
         run=run,
         efficiency=c.efficiency,
     )

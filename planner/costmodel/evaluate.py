@@ -12,9 +12,10 @@ Conventions:
   over the full square (torchtitan's logs, PaLM, Narayanan et al. 2021). *Hardware FLOPs* (HFU) add
   what recomputation redoes (causal, as the kernels execute it). MFU and HFU are against the dense
   bf16 peak, whatever the GEMM precision (so FP8 runs can exceed 50%), and say so in the output.
-- Run time for ``tokens``: ``ceil(tokens / (global_batch * seq)) * max(step, data-read time)``,
-  stretched by blocking checkpoint writes (``checkpoint bytes / storage write bandwidth`` every
-  ``checkpoint_interval_h``). Checkpoint = bf16 weights + fp32 master, momentum, variance
+- Run time for ``tokens``: ``ceil(tokens / (global_batch * seq)) * max(step, data-read time)``
+  divided by the run's goodput (:mod:`planner.costmodel.goodput`: checkpoint saves, work lost to
+  failures, restarts and restores, at the checkpoint interval that maximises goodput unless
+  ``checkpoint_interval_h`` is given). Checkpoint = bf16 weights + fp32 master, momentum, variance
   (14 B/param). Data: token ids at 4 B (2 B when the vocabulary fits in 16 bits).
 - Energy: GPUs x TDP x hours x PUE (the board at its rated power: an upper bound).
 """
@@ -31,12 +32,14 @@ from plan_search.models.spec import ModelSpec
 
 from plan_search.planner.costmodel import comm
 from plan_search.planner.costmodel import dispatch
+from plan_search.planner.costmodel import goodput as goodput_model
+from plan_search.planner.costmodel import offload
 from plan_search.planner.costmodel import memory
 from plan_search.planner.costmodel import step
 from plan_search.planner.costmodel.arrays import LAYOUT_FREE, PlanArrays, group_rows
 
 GIB = memory.GIB
-CHECKPOINT_BYTES_PER_PARAM = 14.0
+CHECKPOINT_BYTES_PER_PARAM = goodput_model.CHECKPOINT_BYTES_PER_PARAM
 
 #: The attention convention of MFU (issue 23): causal, the frameworks' own reports' count. Megatron-Bridge's
 #: performance tables print its num_floating_point_operations (src/megatron/bridge/training/utils/flop_utils.py,
@@ -97,7 +100,8 @@ def evaluate(
     x: PlanArrays,
     memory_headroom: float = 0.0,
     tokens: float | None = None,
-    checkpoint_interval_h: float = 1.0,
+    checkpoint_interval_h: float | None = None,
+    recovery: goodput_model.Recovery | None = None,
 ) -> dict:
     """All figures for every candidate in ``x`` (numpy arrays): what plan-estimate prints (the
     search prices memory first and times with :func:`search_figures`)."""
@@ -115,18 +119,23 @@ def evaluate(
         "memory_usable_gib": np.full(len(x), usable / GIB),
         "fits": fits,
     }
-    out.update(run_figures(model, cluster, x, st, tokens, checkpoint_interval_h))
+    out.update(run_figures(model, cluster, x, st, tokens, checkpoint_interval_h, recovery=recovery))
     out["bottleneck"] = bottleneck(cluster, x, st["breakdown"], fits, out["data_read_s"] > out["step_s"])
     return out
 
 
 def run_figures(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st: dict, tokens: float | None,
-                checkpoint_interval_h: float = 1.0, lean: bool = False) -> dict:
+                checkpoint_interval_h: float | None = None, lean: bool = False,
+                recovery: goodput_model.Recovery | None = None) -> dict:
     """The figures of :func:`evaluate` that follow from the step time ``st`` (:func:`step.step_time`
-    of ``x``): throughput, MFU/HFU, comm ratio, power, data reading, checkpoints and, for a token
-    budget, days, GPU-hours, dollars and energy. ``lean``: only what the search keeps for every
-    candidate (comm ratio, power, MFU and the run figures; no HFU, per-GPU rates or checkpoint
-    columns) -- the same operations on the same values, so the figures are identical."""
+    of ``x``): throughput, MFU/HFU, comm ratio, power, data reading, checkpoints and goodput and, for
+    a token budget, days, GPU-hours, dollars and energy (goodput-adjusted: the wall time of the run
+    with its failures, restarts and checkpoint saves). ``lean``: only what the search keeps for every
+    candidate (comm ratio, power, MFU, goodput and the run figures; no HFU, per-GPU rates or
+    checkpoint columns) -- the same operations on the same values, so the figures are identical.
+    ``checkpoint_interval_h`` (or ``recovery.checkpoint_interval_h``): the interval priced; None: the
+    one that maximises goodput. ``recovery``: failure rate, restart time, asynchronous saving
+    (:class:`goodput.Recovery`; None: the cluster's, else the defaults)."""
     step_s = st["step_s"]
     n = x.num_gpus.astype(float)
     tokens_per_step = x.gb.astype(float) * x.seq
@@ -148,22 +157,28 @@ def run_figures(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st: dict,
     exposed_comm = sum(st["breakdown"][k] for k in ("tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s", "ep_comm_s"))
     out["comm_ratio"] = exposed_comm / step_s
     out["power_kw"] = power_kw(cluster, x)
-    # Data loading and checkpoints.
+    # Data loading.
     bytes_per_token = 2.0 if model.vocab_size <= 65536 else 4.0
     read_s = tokens_per_step * bytes_per_token / (cluster.storage_read_gbps * 1e9)
     out["data_read_s"] = read_s
-    ckpt_s = counting.total_params(model) * CHECKPOINT_BYTES_PER_PARAM / (cluster.storage_write_gbps * 1e9)
-    # Every interval I of training is followed by one blocking write of w seconds: the run is
-    # train x (1 + w/I), of which the writes are the share (w/I) / (1 + w/I) = w / (I + w) -- what
-    # "of the run" means (w / I is the growth over the training time, not a share of the run).
-    ckpt_growth = ckpt_s / (checkpoint_interval_h * 3600.0)
+    # Checkpoints, failures and recovery: the share of the wall time that trains.
+    step_eff_s = np.maximum(step_s, read_s)
+    gp = goodput_terms(model, cluster, x.num_gpus, step_eff_s, checkpoint_interval_h, recovery, lean)
+    out["goodput"] = gp["goodput"]
     if not lean:
         out["data_loading_ok"] = read_s <= step_s
-        out["checkpoint_write_s"] = np.full(len(x), ckpt_s)
-        out["checkpoint_overhead_fraction"] = np.full(len(x), ckpt_growth / (1.0 + ckpt_growth))
+        out["checkpoint_write_s"] = gp["checkpoint_write_s"]
+        out["checkpoint_overhead_fraction"] = gp["badput"]["checkpoint_save"]
+        for k in ("checkpoint_interval_s", "checkpoint_interval_steps", "checkpoint_save_blocking_s", "restore_s",
+                  "restart_s", "mtbf_s", "badput"):
+            out[k] = gp[k]
+        out["failure_rate_per_1000_gpu_days"], out["failure_rate_source"] = gp["rate"], gp["rate_source"]
+        out["async_checkpoint"] = gp["async_checkpoint"]
+        out["checkpoint_interval_given"] = gp["interval_given"]
     if tokens:
         steps = np.ceil(tokens / tokens_per_step)
-        run_s = steps * np.maximum(step_s, read_s) * (1.0 + ckpt_growth)
+        train_s = steps * step_eff_s
+        run_s = train_s / gp["goodput"]
         hours = run_s / 3600.0
         out["steps"] = steps
         out["days"] = hours / 24.0
@@ -171,7 +186,33 @@ def run_figures(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st: dict,
         out["cost_usd"] = hours * n * cluster.price_per_gpu_hour_usd
         out["energy_kwh"] = hours * out["power_kw"]
         out["energy_cost_usd"] = out["energy_kwh"] * cluster.energy_price_usd_per_kwh
+        if not lean:  # the same run without failures: training and its checkpoint saves alone
+            free_h = train_s * (1.0 + gp["checkpoint_save_blocking_s"] / gp["checkpoint_interval_s"]) / 3600.0
+            out["days_without_failures"] = free_h / 24.0
+            out["cost_usd_without_failures"] = free_h * n * cluster.price_per_gpu_hour_usd
+            out["expected_interruptions"] = run_s / gp["mtbf_s"]
     return out
+
+
+def goodput_terms(model: ModelSpec, cluster: ClusterSpec, num_gpus, step_eff_s, checkpoint_interval_h=None,
+                  recovery: goodput_model.Recovery | None = None, lean: bool = False) -> dict:
+    """:func:`goodput.run_goodput` of plans on ``cluster`` (their GPU counts and steps with data
+    reading), the failure rate, restart time and saving mode resolved from ``recovery``, the cluster
+    and the defaults; with ``rate``, ``rate_source`` and ``async_checkpoint`` (not lean)."""
+    rec = recovery or goodput_model.Recovery()
+    rate, source = goodput_model.failure_rate_of(cluster, rec)
+    interval_h = checkpoint_interval_h if checkpoint_interval_h is not None else rec.checkpoint_interval_h
+    r = goodput_model.run_goodput(
+        num_gpus=num_gpus, step_s=step_eff_s,
+        ckpt_bytes=goodput_model.checkpoint_bytes(counting.total_params(model)),
+        storage_write_gbps=cluster.storage_write_gbps, storage_read_gbps=cluster.storage_read_gbps,
+        host_link_gbps=offload.host_link_gbps(cluster) * offload.HOST_LINK_EFF,
+        failures_per_1000_gpu_days=rate, restart_s=goodput_model.restart_s_of(cluster, rec),
+        async_checkpoint=rec.async_checkpoint, checkpoint_interval_h=interval_h, lean=lean)
+    if not lean:
+        r.update(rate=rate, rate_source=source, async_checkpoint=rec.async_checkpoint,
+                 interval_given=interval_h is not None)
+    return r
 
 
 def power_kw(cluster: ClusterSpec, x: PlanArrays):
@@ -180,13 +221,14 @@ def power_kw(cluster: ClusterSpec, x: PlanArrays):
 
 
 def search_figures(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, tokens: float | None,
-                   checkpoint_interval_h: float = 1.0, _terms: dict | None = None) -> dict:
+                   checkpoint_interval_h: float | None = None, _terms: dict | None = None,
+                   recovery: goodput_model.Recovery | None = None) -> dict:
     """What the search keeps of :func:`evaluate` for every candidate it times (memory priced apart,
     before): :func:`step.step_time` and the lean :func:`run_figures`, without the memory breakdown
     and the bottleneck (computed again, by :func:`evaluate`, for the plans it reports).
     ``_terms``: :meth:`LayoutTerms.step` of ``x``."""
     st = step.step_time(model, cluster, x, _terms)
-    return run_figures(model, cluster, x, st, tokens, checkpoint_interval_h, lean=True)
+    return run_figures(model, cluster, x, st, tokens, checkpoint_interval_h, lean=True, recovery=recovery)
 
 
 #: The search shares the per-layout terms (:class:`LayoutTerms`); False prices every candidate on

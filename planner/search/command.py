@@ -49,8 +49,15 @@ def estimate_command(request, gpu_ref: str, plan: Plan) -> str:
             args.append(spec.option if v else f"--no-{spec.option[2:]}")
         else:
             args += [spec.option, _value(spec, v)]
-    args += ["--memory-headroom", repr(float(request.memory_headroom)), "--tokens", tokens_text(request.tokens),
-             "--checkpoint-interval-h", repr(float(request.checkpoint_interval_h))]
+    args += ["--memory-headroom", repr(float(request.memory_headroom)), "--tokens", tokens_text(request.tokens)]
+    if request.checkpoint_interval_h is not None:
+        args += ["--checkpoint-interval-h", repr(float(request.checkpoint_interval_h))]
+    for opt, v in (("--failure-rate", getattr(request, "failure_rate", None)),
+                   ("--restart-minutes", getattr(request, "restart_minutes", None))):
+        if v is not None:
+            args += [opt, repr(float(v))]
+    if not getattr(request, "async_checkpoint", True):
+        args.append("--no-async-checkpoint")
     for s in request.sets:
         args += ["--set", s]
     if framework:

@@ -371,7 +371,9 @@ class SearchRequest(_Strict):
                                          description="max exposed communication / step time")
     knobs: Knobs = Field(default_factory=Knobs,
                          description="plan knobs: a value or a set each (any of them may also be given at the top level)")
-    checkpoint_interval_h: float = Field(default=1.0, gt=0, le=1e6)
+    checkpoint_interval_h: float | None = Field(
+        default=None, gt=0, le=1e6, description="hours between checkpoints; default the interval that maximises "
+        "goodput (planner.costmodel.goodput; 1 hour without failures)")
     framework: Literal["megatron", "deepspeed", "torchtitan", "nemo"] | None = Field(
         default=None, description="restrict the plans to what this framework can run (planner.frameworks)")
     objective: Objective = Field(
