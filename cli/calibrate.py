@@ -1,6 +1,7 @@
 """``plan-calibrate``: fit a system's efficiency terms to measured runs; write a cluster file.
 
     plan-calibrate runs.csv --gpu a100 -o my-a100.yaml [--set node.inter_node_gbps=12.5] [--iters 200]
+    plan-calibrate log.csv --interruptions --gpu h100 -o my-h100.yaml   # failure rate and restart time
 
 Reads the runs of that system from a CSV in the layout of ``planner/published_runs.csv``
 (:func:`planner.calibration.load_runs`), fits the :class:`~hardware.spec.EfficiencySpec` terms
@@ -162,12 +163,24 @@ def _term_changes(old, new) -> list[str]:
 @click.option("--memory-gib", "memory_gib", type=float, default=None, help="with --from: measured peak memory per GPU")
 @click.option("--model", "model_ref", default=None, help="with --from: the model when the file does not define it")
 @click.option("--gpus", "num_gpus", type=int, default=None, help="with --from: the GPU count when the file does not say")
+@click.option("--interruptions", is_flag=True, default=False,
+              help="RUNS is a run log of interruptions (timestamp,event,gpus,lost_minutes: planner/interruptions.py): "
+                   "fit the failure rate and restart time instead, written as failures_per_1000_gpu_days and "
+                   "restart_minutes")
 @guarded
 def main(runs: Path | None, gpu_ref: str, output: Path, sets: tuple[str, ...], iters: int, from_path: str | None = None,
          step_time_s: float | None = None, tokens_per_s: float | None = None, memory_gib: float | None = None,
-         model_ref: str | None = None, num_gpus: int | None = None) -> None:
+         model_ref: str | None = None, num_gpus: int | None = None, interruptions: bool = False) -> None:
     """Fit the efficiency terms of a system to measured runs (CSV in the layout of
-    planner/published_runs.csv) and write a cluster YAML usable as --gpu."""
+    planner/published_runs.csv) and write a cluster YAML usable as --gpu; with --interruptions, fit
+    the failure rate and restart time from a run log of interruptions."""
+    if interruptions:
+        from plan_search.cli.calibrate_interruptions import fit_command
+
+        if runs is None or from_path is not None:
+            raise click.UsageError("--interruptions reads RUNS as the interruption log (and no --from)")
+
+        return fit_command(runs, gpu_ref, output, sets, _resolve_gpu, _nested_overrides)
     from plan_search.models.io import InputError
     from plan_search.planner.calibration import MOE_ROWS_SKIPPED, error_summary, fit_efficiency, load_runs, predict
 

@@ -469,6 +469,10 @@ def main(model_ref: str, gpu_ref: str, num_gpus: int, dp: int | None, global_bat
     est = estimate(model, cluster, plan, memory_headroom=memory_headroom, tokens=tokens,
                    checkpoint_interval_h=checkpoint_interval_h, failure_rate=failure_rate,
                    restart_minutes=restart_minutes, async_checkpoint=async_checkpoint)
+    if launch is not None:  # the interval that maximises goodput, and asynchronous saving, in its terms
+        from plan_search.planner.frameworks.emit import with_checkpointing
+
+        launch = with_checkpointing(launch, est.checkpoint_interval_steps, est.recovery.async_checkpoint)
     if fmt.lower() == "json":
         if launch is None:
             click.echo(est.model_dump_json(indent=2))

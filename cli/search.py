@@ -417,6 +417,13 @@ def format_csv(res) -> str:
 @click.option("--memory-headroom", type=float, default=None, help="fraction of GPU memory kept free [default: 0.07, the SearchRequest default]")
 @click.option("--max-comm-ratio", type=float, default=None,
               help="max exposed (not hidden) communication as a share of the step, e.g. 0.1")
+@click.option("--failure-rate", type=float, default=None,
+              help="job-interrupting failures per 1,000 GPU-days, priced into days and dollars (goodput); 0 turns "
+                   "failures off [default: the cluster file's, else the GPU type's preset: H100 0.47, A100 0.81]")
+@click.option("--restart-minutes", type=float, default=None,
+              help="minutes to detect a failure and restart, before the checkpoint is read [default: 10]")
+@click.option("--async-checkpoint/--no-async-checkpoint", default=None,
+              help="save checkpoints asynchronously (only the device-to-host copy blocks) [default: on]")
 @knob_options(multi=True)
 @click.option("--allow-cross-node-tp", is_flag=True, default=False, help="let tp groups span NVLink domains")
 @click.option("--max-cp", type=int, default=None, help="default cp domain cap [default: seq_len/4096, at least 4,096 tokens per rank]")
@@ -451,7 +458,8 @@ def format_csv(res) -> str:
               "(pip install 'plan-search[plot]')")
 @guarded
 def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, global_batch, seq_len, tokens,
-         deadline_days, budget_usd, max_power_kw, memory_headroom, max_comm_ratio, 
+         deadline_days, budget_usd, max_power_kw, memory_headroom, max_comm_ratio,
+         failure_rate, restart_minutes, async_checkpoint,
          allow_cross_node_tp, max_cp, max_vpp,
          max_micro_batch, objective, solver,
          time_limit, workers, seed, sets, fmt, schema, framework=None, emit=False, plot_file=None, min_efficiency=None, show_all=False,
@@ -522,11 +530,14 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
         if val is not None:
             most = MAX_TIME_LIMIT_S if key == "time_limit_s" else None
             data[key] = _positive(val, key.removesuffix("_s").replace("_", "-"), most)  # the option: --time-limit
-    for key, val in (("memory_headroom", memory_headroom), ("max_comm_ratio", max_comm_ratio)):
+    for key, val in (("memory_headroom", memory_headroom), ("max_comm_ratio", max_comm_ratio),
+                     ("failure_rate", failure_rate), ("restart_minutes", restart_minutes)):
         if val is not None:
             if not math.isfinite(val):
                 raise click.BadParameter(f"{val} is not a number", param_hint=f"--{key.replace('_', '-')}")
             data[key] = val
+    if async_checkpoint is not None:
+        data["async_checkpoint"] = async_checkpoint
     if emit and not (framework or data.get("framework")):
         raise click.UsageError("--emit needs --framework megatron|deepspeed|torchtitan|nemo")
     for key, val in (("objective", objective), ("solver", solver),
@@ -576,6 +587,9 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
         ref = next((g for g in request.gpu if resolve_cluster(g, request.sets).name == rec.cluster), request.gpu[0])
         launch = emit_config(request.framework, rec.plan, resolve_model(request.model),
                              resolve_cluster(ref, request.sets))
+        from plan_search.planner.frameworks.emit import with_checkpointing
+
+        launch = with_checkpointing(launch, rec.checkpoint_interval_steps, rec.recovery.async_checkpoint)
     if f == "json":
         if launch is not None:
             doc = json.loads(result.model_dump_json())

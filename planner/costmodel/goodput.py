@@ -116,6 +116,17 @@ class Recovery:
     checkpoint_interval_h: float | None = None
 
 
+def of_request(request) -> Recovery:
+    """The :class:`Recovery` of a search request (its failure_rate, restart_minutes, async_checkpoint and
+    checkpoint_interval_h; validated by the request)."""
+    rate = getattr(request, "failure_rate", None)
+    restart = getattr(request, "restart_minutes", None)
+    return Recovery(failures_per_1000_gpu_days=None if rate is None else float(rate),
+                    restart_s=None if restart is None else float(restart) * 60.0,
+                    async_checkpoint=bool(getattr(request, "async_checkpoint", True)),
+                    checkpoint_interval_h=getattr(request, "checkpoint_interval_h", None))
+
+
 def preset_for(gpu_architecture: str | None) -> tuple[float, str]:
     """(failures per 1,000 GPU-days, source) of a GPU architecture's preset."""
     name = _ARCH_PRESET.get(gpu_architecture or "")
@@ -340,7 +351,7 @@ def framework_settings(interval_steps: int, async_checkpoint: bool) -> dict[str,
     a = async_checkpoint
     return {
         "megatron": f"--save-interval {n}" + (" --async-save --ckpt-format torch_dist" if a else ""),
-        "torchtitan": f"[checkpoint] enable_checkpoint = true, interval = {n}"
+        "torchtitan": f"[checkpoint] enable = true, interval = {n}"
                       + (', async_mode = "async"' if a else ""),
         "nemo": f"log.ckpt.every_n_train_steps={n}" + (" trainer.strategy.ckpt_async_save=true" if a else ""),
         "deepspeed": f"engine.save_checkpoint(...) every {n} steps"

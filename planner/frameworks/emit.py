@@ -26,6 +26,7 @@ and the notes the configuration cannot carry (what stays the model code's or the
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ast
 import json
 import math
@@ -1414,3 +1415,45 @@ def emit(framework: str, plan: Plan, model: ModelSpec, cluster=None) -> LaunchCo
     o = to_nemo_overrides(plan, model, cluster)
     text = " \\\n".join(f"{k}={_cli_value(v)}" for k, v in o.items())
     return LaunchConfig(f, ver, "overrides", text, o, None, notes)
+
+
+def with_checkpointing(launch: LaunchConfig, interval_steps: int, async_save: bool) -> LaunchConfig:
+    """``launch`` with the checkpoint interval that maximises goodput (issue 25:
+    :mod:`planner.costmodel.goodput`) and asynchronous saving where the framework has it: Megatron-LM
+    ``--save-interval`` and ``--async-save`` (with ``--ckpt-format torch_dist``), torchtitan's
+    ``[checkpoint]`` ``interval`` and ``async_mode = "async"``, NeMo 2.0's ``log.ckpt.every_n_train_steps``
+    and ``trainer.strategy.ckpt_async_save``; DeepSpeed's config has no interval key (a note says when to
+    call ``save_checkpoint``)."""
+    n = int(interval_steps)
+    notes = list(launch.notes)
+    f = launch.framework
+    if f == "megatron":
+        args = list(launch.data) + ["--save-interval", str(n)]
+        fmt = args[args.index("--ckpt-format") + 1] if "--ckpt-format" in args else None
+        if async_save and fmt in (None, "torch_dist"):
+            args += ["--async-save"] + ([] if fmt else ["--ckpt-format", "torch_dist"])
+        elif async_save:
+            notes.append(f"--async-save is not written: Megatron-LM saves asynchronously only with --ckpt-format "
+                         f"torch_dist (this plan needs {fmt}); the goodput figure assumed it")
+        text = launch.text + " \\\n" + " \\\n".join(
+            [f"--save-interval {n}"] + (["--async-save"] if "--async-save" in args else [])
+            + (["--ckpt-format torch_dist"] if "--async-save" in args and not fmt else []))
+        return dataclasses.replace(launch, text=text, data=args, notes=tuple(notes))
+    if f == "torchtitan":
+        sec = {"enable": True, "interval": n}
+        if async_save:
+            sec["async_mode"] = "async"
+        data = {**launch.data, "checkpoint": {**launch.data.get("checkpoint", {}), **sec}}
+        body = "\n".join(f"{k} = {_toml_value(v)}" for k, v in data["checkpoint"].items())
+        text = launch.text.rstrip("\n") + "\n\n[checkpoint]\n" + body + "\n"
+        return dataclasses.replace(launch, text=text, data=data)
+    if f == "nemo":
+        add = {"log.ckpt.every_n_train_steps": n}
+        if async_save:
+            add["trainer.strategy.ckpt_async_save"] = True
+        data = {**launch.data, **add}
+        text = launch.text + " \\\n" + " \\\n".join(f"{k}={_cli_value(v)}" for k, v in add.items())
+        return dataclasses.replace(launch, text=text, data=data)
+    notes.append(f"checkpoint: call engine.save_checkpoint every {n} steps (the interval that maximises goodput)"
+                 + ("; asynchronously with DeepSpeed's decoupled checkpoint engine" if async_save else ""))
+    return dataclasses.replace(launch, notes=tuple(notes))

@@ -78,6 +78,8 @@ from plan_search.models import counting
 from plan_search.models.io import InputError
 from plan_search.models.resolve import resolve_model
 from plan_search.models.spec import ModelSpec
+from plan_search.planner.costmodel import goodput
+from plan_search.planner.search.goodput_note import goodput_clause
 from plan_search.planner.costmodel.arrays import PlanArrays
 from plan_search.planner.costmodel.estimate import pack
 from plan_search.planner.costmodel.evaluate import evaluate
@@ -306,10 +308,11 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
     rec_plan = rec_sys.space.take(np.array([rec_row])).plan(0)
     r = evaluate(model, rec_sys.cluster, PlanArrays.from_plans([rec_plan], model.num_layers),
                  memory_headroom=req.memory_headroom, tokens=req.tokens,
-                 checkpoint_interval_h=req.checkpoint_interval_h)
+                 checkpoint_interval_h=req.checkpoint_interval_h, recovery=goodput.of_request(req))
     recommended = pack(model, rec_sys.cluster, rec_plan, r, 0, req.tokens)
     rec_index = next((i for i, fp in enumerate(front) if fp.gpu == rec_sys.name and fp.plan == rec_plan), None)
-    reason = _recommend_reason(rule, table, rec, systems, ms, req, key, cap)
+    reason = _recommend_reason(rule, table, rec, systems, ms, req, key, cap) \
+        + goodput_clause(systems, ms, groups, table, rec, rule, key, req)
     marks = landmarks(front, rec_index, req.min_scaling_efficiency)
     total = sum(len(s.space) for s in systems)
     evaluated = int(sum(m["done"].sum() for m in ms))

@@ -61,7 +61,7 @@ def _money(x: float) -> str:
 
 
 def low_precision_line(model: ModelSpec, cluster: ClusterSpec, plan: Plan, framework: str | None,
-                       tokens: float, memory_headroom: float, checkpoint_interval_h: float = 1.0,
+                       tokens: float, memory_headroom: float, checkpoint_interval_h: float | None = None,
                        days_16bit: float | None = None, cost_usd_16bit: float | None = None) -> LowPrecisionLine | None:
     """``plan`` (a 16-bit plan of ``model`` on ``cluster``) in the GPU's best low-precision recipe that
     ``framework`` runs, the fastest of its recipe-knob variants that fits and the framework runs (None: none does,

@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from plan_search.hardware.resolve import resolve_cluster
+from plan_search.planner.costmodel import goodput
 from plan_search.planner.costmodel.evaluate import evaluate
 from plan_search.planner.search import clock
 from plan_search.planner.search.command import estimate_command
@@ -50,7 +51,8 @@ def _front_points(systems, table: Table, rows: list[int], req, bind: dict,
         s = systems[k]
         sub = s.space.take(np.array(rr))  # the rows read: their plans and figures
         r = evaluate(s.space.model, s.cluster, sub.x, memory_headroom=req.memory_headroom,
-                     tokens=req.tokens, checkpoint_interval_h=req.checkpoint_interval_h)
+                     tokens=req.tokens, checkpoint_interval_h=req.checkpoint_interval_h,
+                     recovery=goodput.of_request(req))
         evals[k] = (r, {row: j for j, row in enumerate(rr)}, sub)
     ref: dict[int, float] = {}  # least GPU-hours per system among its points (its cheapest plan)
     for i in rows + extra:

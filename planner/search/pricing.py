@@ -12,6 +12,7 @@ import numpy as np
 
 from plan_search.hardware.spec import ClusterSpec
 from plan_search.models.spec import ModelSpec
+from plan_search.planner.costmodel import goodput
 from plan_search.planner.costmodel.arrays import PlanArrays
 from plan_search.planner.costmodel.evaluate import GIB, LayoutTerms, memory_fit, search_figures
 from plan_search.planner.search import clock
@@ -24,9 +25,9 @@ from plan_search.planner.search.space import Space
 EVAL_CHUNK = 65536
 #: Columns of evaluate() the search keeps for every candidate.
 COLUMNS = ("memory_peak_gib", "memory_usable_gib", "fits", "comm_ratio", "days", "cost_usd", "energy_kwh",
-           "power_kw", "mfu")
+           "power_kw", "mfu", "goodput")
 #: The columns that come from the step time (:func:`search_figures`), for the plans that are timed.
-TIMED_COLUMNS = ("comm_ratio", "days", "cost_usd", "energy_kwh", "power_kw", "mfu")
+TIMED_COLUMNS = ("comm_ratio", "days", "cost_usd", "energy_kwh", "power_kw", "mfu", "goodput")
 
 
 @dataclass
@@ -61,6 +62,7 @@ def evaluate_columns(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, requ
     # the search's earlier pieces on this system, whose groups recur here)
     shared = shared if shared is not None else LayoutTerms.build(model, cluster)
     group = shared.add(x) if shared is not None else None
+    recovery = goodput.of_request(request)
     for a in range(0, n, EVAL_CHUNK):
         if a and clock.now() > deadline:
             stop = a
@@ -76,7 +78,7 @@ def evaluate_columns(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, requ
         idx = np.flatnonzero(fits)
         if len(idx):
             r = search_figures(model, cluster, chunk.take(idx), request.tokens, request.checkpoint_interval_h,
-                               None if group is None else shared.step(group[a + idx]))
+                               None if group is None else shared.step(group[a + idx]), recovery=recovery)
             for k in TIMED_COLUMNS:
                 cols[k][idx] = r[k]
         for k in COLUMNS:
@@ -112,7 +114,7 @@ def time_rows(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, cols: dict,
             return False
         rr = rows[a:a + EVAL_CHUNK]
         r = search_figures(model, cluster, x.take(rr), request.tokens, request.checkpoint_interval_h,
-                           None if shared is None else shared.step(cols["group"][rr]))
+                           None if shared is None else shared.step(cols["group"][rr]), recovery=goodput.of_request(request))
         for k in TIMED_COLUMNS:
             cols[k][rr] = r[k]
         cols["timed"][rr] = True

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from plan_search.planner.costmodel import goodput
 from plan_search.planner.costmodel.evaluate import evaluate
 from plan_search.planner.search.binding import CONSTRAINTS, _relaxed
 from plan_search.planner.search.objective import OBJECTIVE_KEYS, OBJECTIVE_TEXT
@@ -88,5 +89,6 @@ def _recommend_reason(rule: str, t: Table, rec: int, systems, ms, request, key, 
 
 def evaluate_one_bottleneck(s: System, row: int, request) -> str:
     r = evaluate(s.space.model, s.cluster, s.space.x.take([row]), memory_headroom=request.memory_headroom,
-                 tokens=request.tokens, checkpoint_interval_h=request.checkpoint_interval_h)
+                 tokens=request.tokens, checkpoint_interval_h=request.checkpoint_interval_h,
+                 recovery=goodput.of_request(request))
     return str(r["bottleneck"][0])

@@ -374,6 +374,14 @@ class SearchRequest(_Strict):
     checkpoint_interval_h: float | None = Field(
         default=None, gt=0, le=1e6, description="hours between checkpoints; default the interval that maximises "
         "goodput (planner.costmodel.goodput; 1 hour without failures)")
+    failure_rate: float | None = Field(
+        default=None, ge=0, le=1e6, description="job-interrupting failures per 1,000 GPU-days; 0 turns failures "
+        "off; default the cluster file's, else the GPU type's preset (planner.costmodel.goodput.preset_for)")
+    restart_minutes: float | None = Field(
+        default=None, ge=0, le=1e6, description="minutes to detect a failure and restart, before the checkpoint "
+        "is read; default the cluster file's, else 10")
+    async_checkpoint: bool = Field(default=True, description="save checkpoints asynchronously (only the "
+                                   "device-to-host copy blocks)")
     framework: Literal["megatron", "deepspeed", "torchtitan", "nemo"] | None = Field(
         default=None, description="restrict the plans to what this framework can run (planner.frameworks)")
     objective: Objective = Field(

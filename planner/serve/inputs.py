@@ -208,7 +208,11 @@ class EstimateRequest(NoBoolNumbers):
                                              "plan-estimate's options; global_batch and seq_len default to the model's)")
     memory_headroom: float = Field(default=DEFAULT_MEMORY_HEADROOM, ge=0.0, lt=1.0)
     tokens: float | str | None = Field(default=None, description="token budget for the run figures: 3e11 or \"300B\"")
-    checkpoint_interval_h: float = Field(default=1.0, gt=0, le=1e6)
+    checkpoint_interval_h: float | None = Field(default=None, gt=0, le=1e6, description="hours between "
+                                                "checkpoints; default the interval that maximises goodput")
+    failure_rate: float | None = Field(default=None, ge=0, le=1e6, description="failures per 1,000 GPU-days; 0: none")
+    restart_minutes: float | None = Field(default=None, ge=0, le=1e6)
+    async_checkpoint: bool = True
     sets: list[str] = Field(default_factory=list, max_length=1000, description="--set what-if overrides")
     framework: Literal["megatron", "deepspeed", "torchtitan", "nemo"] | None = None
 

@@ -83,7 +83,10 @@ def recommended_launch(request, result, model):
 
     rec = result.recommended
     ref = next((g for g in request.gpu if resolve_cluster(g, request.sets).name == rec.cluster), request.gpu[0])
-    return emit_config(request.framework, rec.plan, model, resolve_cluster(ref, request.sets))
+    from plan_search.planner.frameworks.emit import with_checkpointing
+
+    return with_checkpointing(emit_config(request.framework, rec.plan, model, resolve_cluster(ref, request.sets)),
+                              rec.checkpoint_interval_steps, rec.recovery.async_checkpoint)
 
 
 def search_job(request, model, emit: bool = False, front_csv=None, waited_s: float = 0.0) -> tuple[int, str, bytes]:
@@ -131,7 +134,9 @@ def estimate_job(request, model, emit: bool = False, waited_s: float = 0.0) -> t
     try:
         est = estimate(model, request.gpu, dict(request.plan), framework=request.framework,
                        memory_headroom=request.memory_headroom, tokens=request.tokens,
-                       checkpoint_interval_h=request.checkpoint_interval_h, sets=list(request.sets))
+                       checkpoint_interval_h=request.checkpoint_interval_h, sets=list(request.sets),
+                       failure_rate=request.failure_rate, restart_minutes=request.restart_minutes,
+                       async_checkpoint=request.async_checkpoint)
         doc = None
         if emit:
             from plan_search.hardware.overrides import apply_overrides
@@ -141,7 +146,10 @@ def estimate_job(request, model, emit: bool = False, waited_s: float = 0.0) -> t
 
             cluster = apply_overrides(for_framework(resolve_cluster(request.gpu), request.framework), request.sets)
             doc = json.loads(est.model_dump_json())
-            doc["launch"] = emit_config(request.framework, est.plan, model, cluster).as_json()
+            from plan_search.planner.frameworks.emit import with_checkpointing
+
+            doc["launch"] = with_checkpointing(emit_config(request.framework, est.plan, model, cluster),
+                                               est.checkpoint_interval_steps, est.recovery.async_checkpoint).as_json()
     except (ValueError, OverflowError, RecursionError) as exc:
         return _bad(exc)
     body = json.dumps(doc).encode() if doc is not None else est.model_dump_json().encode()
