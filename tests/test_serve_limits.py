@@ -251,3 +251,50 @@ def test_readme_states_the_default_limits():
 
     defaults = {p.name: p.default for p in main.params}
     assert (defaults["host"], defaults["port"]) == ("127.0.0.1", 8000)
+
+
+def _worker_pids() -> set[int]:
+    """This process's children that are multiprocessing's spawned workers (the server's)."""
+    from pathlib import Path
+
+    out = set()
+    for task in Path("/proc/self/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            try:
+                if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    out.add(int(pid))
+            except OSError:
+                continue
+    return out
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/task"), reason="needs Linux /proc")
+def test_a_worker_that_dies_is_replaced():
+    """A worker killed mid-search (out of memory, a kill): that request is answered 500 at once, the
+    pool is started again, later requests are answered."""
+    import os
+    import signal
+
+    before = _worker_pids()
+    with ServerThread(Limits(workers=1, queue=1)) as url:
+        workers = _worker_pids() - before
+        assert len(workers) == 1
+        out: list = []
+        t = _post_in_thread(url, SLOW, out)
+        deadline = time.monotonic() + 5
+        while call(url, "/v1/health")[2]["active"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)
+        os.kill(workers.pop(), signal.SIGKILL)
+        t.join(60)
+        status, _, doc = out[0][1]
+        assert status == 500 and "died" in doc["message"]
+        deadline = time.monotonic() + 120
+        while True:
+            status, _, res = call(url, "/v1/search", {"model": "gpt3", "gpu": "a100", "gpus": [512]})
+            if status != 503 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert status == 200 and res["front"]
+        health = call(url, "/v1/health")[2]
+        assert health["restarts"] == 1 and health["active"] == 0

@@ -58,6 +58,7 @@ class Pool:
         self.executor: ProcessPoolExecutor | None = None
         self.served = 0
         self.refused_busy = 0
+        self.restarts = 0  # pools started again after a worker died
 
     def start(self) -> None:
         # spawn: a worker imports the planner afresh; forking a process that runs an event loop and
@@ -80,20 +81,22 @@ class Pool:
             self.executor = None
 
     async def run(self, limit_s: float, job, *args, **kwargs) -> Response:
-        """``job(*args, **kwargs)`` in a worker, or 503 at once when the pool is full."""
-        if self.active >= self.limits.admitted:
+        """``job(*args, **kwargs)`` in a worker, or 503 at once when the pool is full (or being
+        started again after a worker died)."""
+        executor = self.executor
+        if self.active >= self.limits.admitted or executor is None:
             self.refused_busy += 1
+            what = (f"{self.active} requests running or waiting, its limit" if executor is not None
+                    else "its workers are starting again after one died")
             return _json({"error": "busy", "field": None,
-                          "message": f"the server is busy: {self.active} requests running or waiting, its limit; "
-                                     "retry in a moment"}, 503)
+                          "message": f"the server is busy: {what}; retry in a moment"}, 503)
         queued_since = time.time() if self.active >= self.limits.workers else None
-        self.active += 1
         try:
-            fut = self.executor.submit(work.run_job, job, queued_since, *args, **kwargs)
+            fut = executor.submit(work.run_job, job, queued_since, *args, **kwargs)
         except BrokenProcessPool:
-            self.active -= 1
-            self._restart()
+            await self._restart(executor)
             return _json({"error": "internal", "field": None, "message": "a worker process died; retry"}, 500)
+        self.active += 1
 
         def done(_f):
             self.active -= 1
@@ -105,16 +108,32 @@ class Pool:
             return _json({"error": "timeout", "field": "time_limit_s",
                           "message": f"time_limit_s: no answer within {limit_s:g} s + {GRACE_S:g} s"}, 504)
         except BrokenProcessPool:
-            self._restart()
+            await self._restart(executor)
             return _json({"error": "internal", "field": None,
-                          "message": "a worker process died (out of memory?); retry"}, 500)
+                          "message": "a worker process died (killed, or out of memory?); retry"}, 500)
         self.served += 1
         return Response(body, status_code=status, media_type=ctype,
                         headers={"X-Queue-Wait": f"{waited:.3f}"} if waited else None)
 
-    def _restart(self) -> None:
-        self.stop()
-        self.start()
+    async def _restart(self, broken: ProcessPoolExecutor) -> None:
+        """A new pool in place of ``broken`` (once, whichever request saw it first), started in a
+        thread: the event loop keeps answering (503 until the new workers are up)."""
+        if self.executor is not broken:
+            return
+        self.executor = None
+        self.restarts += 1
+        old = broken
+
+        def replace():
+            procs = list((getattr(old, "_processes", None) or {}).values())
+            old.shutdown(wait=False, cancel_futures=True)
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+                p.join(timeout=5)
+            self.start()
+
+        await asyncio.get_running_loop().run_in_executor(None, replace)
 
 
 async def read_body(request: Request, limits: Limits) -> bytes:
@@ -243,7 +262,8 @@ def create_app(views: Views, limits: Limits | None = None, start_pool: bool = Tr
 
     async def health(request):
         return _json({"status": "ok", "version": __version__, "workers": limits.workers, "queue": limits.queue,
-                      "active": pool.active, "served": pool.served, "refused_busy": pool.refused_busy})
+                      "active": pool.active, "served": pool.served, "refused_busy": pool.refused_busy,
+                      "restarts": pool.restarts})
 
     async def page(request):
         return Response(_static("index.html"), media_type=STATIC["index.html"],
