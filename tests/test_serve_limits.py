@@ -298,3 +298,25 @@ def test_a_worker_that_dies_is_replaced():
         assert status == 200 and res["front"]
         health = call(url, "/v1/health")[2]
         assert health["restarts"] == 1 and health["active"] == 0
+
+
+def test_the_page_ships_in_the_package():
+    """Every file of the page is package data (a wheel carries it: the page needs no network), and
+    the page names no other host."""
+    import fnmatch
+    import re
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    root = Path(__file__).resolve().parents[1]
+    data = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    patterns = data["plan_search.planner.serve"]
+    static = root / "planner" / "serve" / "static"
+    files = sorted(p.name for p in static.iterdir())
+    assert {"index.html", "app.js", "style.css", "favicon.svg"} <= set(files)
+    for name in files:
+        assert any(fnmatch.fnmatch(f"static/{name}", p) for p in patterns), name
+        text = (static / name).read_text(encoding="utf-8")
+        assert not re.search(r"(src|href)=\"(https?:)?//", text), name  # no CDN, no other host
+        assert "@import" not in text and "fetch(\"http" not in text, name
+    assert "plan_search.planner.serve" in (root / "pyproject.toml").read_text()
