@@ -272,3 +272,15 @@ def test_emitted_launch_carries_the_interval(framework, want):
     n = doc["checkpoint_interval_steps"]
     for w in want:
         assert w.format(n=n) in doc["launch"]["text"], doc["launch"]["text"]
+
+
+def test_sweeps_and_allocation_take_the_recovery_fields():
+    from plan_search.planner.allocate import Job
+    from plan_search.planner.sweep import build_sweep
+
+    sw = build_sweep({"base": {"model": "gpt3-175b", "gpus": [1024]}, "sweep": {"failure_rate": [0, 2.0]}})
+    assert [s.request.failure_rate for s in sw.scenarios] == [0, 2.0]
+    assert len({s.key for s in sw.scenarios}) == 2
+    job = Job(name="a", model="gpt3-175b", tokens=300e9,
+              search={"failure_rate": 0.5, "restart_minutes": 20, "async_checkpoint": False})
+    assert job.search["failure_rate"] == 0.5

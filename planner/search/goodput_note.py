@@ -10,35 +10,40 @@ pick (:func:`pick.pick_exhaustive`): no search of its own.
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 
 from plan_search.planner.costmodel import goodput
 from plan_search.planner.search.pick import pick_exhaustive
 from plan_search.planner.search.pricing import System
-from plan_search.planner.search.table import Table, build_table
+from plan_search.planner.search.table import Table
 
 #: masks that do not read days or dollars: a row failing one stays out of the blind pick too
 _OTHER_MASKS = ("memory", "done", "comm_ratio", "power", "gpus")
 
 
-def _blind(s: System, m: dict, req, framework_checked: bool) -> tuple[System, np.ndarray]:
-    g = s.cols["goodput"]
-    cols = dict(s.cols)
-    for k in ("days", "cost_usd", "energy_kwh"):
-        cols[k] = np.where(np.isfinite(g), s.cols[k] * g, s.cols[k])
+def _blind(s: System, m: dict, group: np.ndarray, req, framework_checked: bool) -> Table:
+    """The rows of ``s`` the rule may pick when priced without failures, their days, dollars and energy
+    times their goodput (rows out only for days or dollars come back when the framework's rules were not
+    checked on them)."""
     keep = m["feasible"].copy()
-    if not framework_checked:  # rows out only for days or dollars may come back
+    if not framework_checked:
         other = np.ones(len(keep), bool)
         for k in _OTHER_MASKS:
             other &= m[k]
-        keep |= other
+        keep |= other & np.isfinite(s.cols["goodput"])
+    idx = np.flatnonzero(keep)
+    g = s.cols["goodput"][idx]
+    days, cost = s.cols["days"][idx] * g, s.cols["cost_usd"][idx] * g
+    ok = np.ones(len(idx), bool)
     if req.deadline_days:
-        keep &= cols["days"] <= req.deadline_days
+        ok &= days <= req.deadline_days
     if req.budget_usd:
-        keep &= cols["cost_usd"] <= req.budget_usd
-    if not framework_checked:
-        keep &= np.isfinite(g)
-    return System(s.index, s.cluster, s.space, cols, s.counts), keep
+        ok &= cost <= req.budget_usd
+    idx, g, days, cost = idx[ok], g[ok], days[ok], cost[ok]
+    return Table(np.full(len(idx), s.index, dtype=np.int64), idx, group[idx], s.space.x.num_gpus[idx], days, cost,
+                 s.cols["energy_kwh"][idx] * g, s.cols["power_kw"][idx], s.cols["mfu"][idx])
 
 
 def goodput_clause(systems: list[System], ms: list[dict], groups: list[np.ndarray], table: Table, rec: int,
@@ -51,13 +56,14 @@ def goodput_clause(systems: list[System], ms: list[dict], groups: list[np.ndarra
     s = systems[k]
     g = float(s.cols["goodput"][row])
     days, cost = float(table.days[rec]), float(table.cost[rec])
-    text = (f"; failures priced: goodput {g:.1%} ({days * (1 - g):,.1f} of its {days:,.1f} days to checkpoint "
-            f"saves, lost work, restarts and restores at {rates[k]:.2g} failures per 1,000 GPU-days)")
-    blind = [_blind(s_, m, req, bool(req.framework)) for s_, m in zip(systems, ms)]
-    feasible = [kp for _, kp in blind]
-    if not any(f.any() for f in feasible):
+    lost = days * (1 - g)
+    lost_text = f"{lost:,.1f} of its {days:,.1f} days" if lost >= 1 else f"{lost * 24:,.1f} h of its {days:,.1f} days"
+    text = (f"; failures priced: goodput {g:.1%} ({lost_text} to checkpoint saves, lost work, restarts and "
+            f"restores at {rates[k]:.2g} failures per 1,000 GPU-days)")
+    parts = [_blind(s_, m, g_, req, bool(req.framework)) for s_, m, g_ in zip(systems, ms, groups)]
+    if not any(len(p) for p in parts):
         return text
-    t_b = build_table([b for b, _ in blind], feasible, groups)
+    t_b = Table(**{f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(Table)})
     b, _ = pick_exhaustive(t_b, rule, key, req)
     if b is None:
         return text
