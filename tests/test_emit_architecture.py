@@ -13,7 +13,9 @@ How each configuration is parsed (no framework is installed: torch stays out of 
 - torchtitan: tomllib on the emitted TOML, every key checked against torchtitan 0.2.2's JobConfig fields
   (torchtitan.txt); the architecture is torchtitan's model registry's: ``[model] name/flavor``, whose arguments
   (planner/frameworks/data/torchtitan_flavors.yaml, transcribed from torchtitan v0.2.2) are compared with the spec.
-- DeepSpeed: json on the emitted config; the architecture is the model code's.
+- DeepSpeed: json on the emitted config, which carries no architecture; the model AutoTP trains is the emitted
+  Hugging Face config.json (planner/frameworks/hf_export.py), read back by models/hf.py (the transformers
+  classes' keys) and compared field by field with the spec.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import tomllib
 import pytest
 
 from plan_search.models.catalog import load_catalog
+from plan_search.models.hf import from_hf_config
+from plan_search.planner.frameworks.hf_export import hf_model_type, hf_unexpressed
 from plan_search.models.io import InputError
 from plan_search.planner.costmodel.plan import Plan
 from plan_search.planner.frameworks import emit, rules
@@ -275,10 +279,23 @@ def test_launch_configuration_rebuilds_the_model(name, framework):
             assert f"the flavor differs: {k}" in notes
         return
     else:
-        cfg = json.loads(lc.text.split("\n# ")[0])
+        parts = lc.text.split("\n# ")
+        cfg = json.loads(parts[0])
         assert cfg["train_micro_batch_size_per_gpu"] == p.micro_batch
         assert not {"hidden_size", "num_layers", "vocab_size"} & set(cfg)  # no architecture key to contradict
-        assert "the model code's" in notes
+        # the model AutoTP trains: the emitted Hugging Face config.json, read by the project's reader of the
+        # transformers classes' keys (models/hf.py), must give the spec back
+        hf_text = next(s for s in parts if s.startswith("Hugging Face config.json"))
+        back = from_hf_config(json.loads(hf_text.split("\n", 1)[1]), m.name)
+        skip = {"name", "aliases", "source", "seq_len_source", "global_batch"}
+        if m.position != "learned":  # the length trained at is the script's (a learned table's size is the model's)
+            skip.add("seq_len")
+        want, got = m.model_dump(exclude=skip), back.model_dump(exclude=skip)
+        wrong = {k for k in want if want[k] != got[k]}
+        assert wrong <= set(hf_unexpressed(m)), {k: (want[k], got[k]) for k in wrong}
+        for k in wrong:
+            assert f"not in the config.json: {k}" in notes
+        assert lc.as_json()["model_config"]["model_type"] == hf_model_type(m)
         return
     want = expected(m)
     wrong = {k: (want[k], got.get(k, "<absent>")) for k in want if not _same(want[k], got.get(k, "<absent>"))}

@@ -1309,12 +1309,15 @@ class LaunchConfig:
     extra: Any = None  # DeepSpeed: the PipelineModule arguments when pp > 1
     notes: tuple[str, ...] = field(default_factory=tuple)
     moe: Any = None  # DeepSpeed: the deepspeed.moe.layer.MoE arguments of a MoE model
+    model_config: Any = None  # DeepSpeed: the Hugging Face config.json of the model (hf_export.to_hf_config)
 
     def as_json(self) -> dict:
         out = {"framework": self.framework, "version": self.version, "kind": self.kind, "config": self.data,
                "pipeline_module": self.extra, "notes": list(self.notes), "text": self.text}
         if self.moe is not None:
             out["moe_layer"] = self.moe
+        if self.model_config is not None:
+            out["model_config"] = self.model_config
         return out
 
 
@@ -1344,6 +1347,12 @@ def _notes(framework: str, p: Plan, m: ModelSpec) -> list[str]:
                 n.append("--use-transformer-engine-op-fuser and --moe-mlp-glu-interleave-size need Megatron-LM "
                          "core_v0.18.0 or newer (TransformerConfig fields there; the other flags are the header's)")
     elif framework == "deepspeed":
+        from plan_search.planner.frameworks.hf_export import hf_model_type, hf_unexpressed
+
+        n.append("the model is the training script's: the Hugging Face config.json below builds it with transformers' "
+                 f"{hf_model_type(m)} class (AutoTP shards transformers models)")
+        for k, why in hf_unexpressed(m).items():
+            n.append(f"not in the config.json: {k} ({why})")
         n.append("seq_len and the attention kernel are the model code's (the config does not carry them)")
         n.append("the loss is the model code's: torch cross_entropy on " + (
             "bf16 logits (cross_entropy pytorch_bf16)" if p.cross_entropy == "pytorch_bf16"
@@ -1408,7 +1417,11 @@ def emit(framework: str, plan: Plan, model: ModelSpec, cluster=None) -> LaunchCo
             text += "\n# PipelineModule arguments (pp > 1):\n" + json.dumps(pipe, indent=2)
         if moe is not None:
             text += "\n# deepspeed.moe.layer.MoE arguments (each MoE layer):\n" + json.dumps(moe, indent=2)
-        return LaunchConfig(f, ver, "json", text, cfg, pipe, notes, moe)
+        from plan_search.planner.frameworks.hf_export import to_hf_config
+
+        hf = to_hf_config(model, plan.seq_len)  # the model AutoTP trains (issue 23)
+        text += "\n# Hugging Face config.json of the model:\n" + json.dumps(hf, indent=2)
+        return LaunchConfig(f, ver, "json", text, cfg, pipe, notes, moe, hf)
     if f == "torchtitan":
         text = to_torchtitan_toml(plan, model, cluster)
         return LaunchConfig(f, ver, "toml", text, torchtitan_sections(plan, model, cluster), None, notes)

@@ -96,7 +96,9 @@ def split_documents(text: str, where: str) -> list[tuple[str, dict]]:
     for raw in text.splitlines():
         if raw.lstrip().startswith("#") or raw.lstrip().startswith("//"):
             title = raw.lstrip("#/ ").lower()
-            if "pipelinemodule" in title:
+            if "config.json" in title:  # the model's Hugging Face config (emit.py, issue 23): not the plan's
+                parts.append(("model_config", []))
+            elif "pipelinemodule" in title:
                 parts.append(("pipeline", []))
             elif "moe" in title:
                 parts.append(("moe", []))
