@@ -341,6 +341,8 @@ def _recommended(res) -> list[str]:
     if run is not None:
         lines += _wrap(f"run: {run.days:,.2f} days, {run.gpu_hours:,.0f} GPU-hours, ${run.cost_usd:,.0f}, "
                        f"{run.energy_kwh:,.0f} kWh ({e.power_kw:,.1f} kW)")
+    if getattr(res, "low_precision", None) is not None:  # issue 23: the same layout in the GPU's low-precision recipe
+        lines += _wrap(res.low_precision.text)
     t, m = e.time, e.memory
     step = e.step_time_s or 1.0
     trows = [("compute", t.compute_s), ("memory-bound", t.memory_bound_s), ("recompute", t.recompute_s),

@@ -156,8 +156,11 @@ def _enumerate_until(model, cluster, counts, gbs, seq, request, t0: float,
 
 
 def _enumerate(model, cluster, counts, gbs, seq, request, knobs=None, max_candidates=None) -> Space:
+    # the recipe knobs the user left unset span what the framework's performance recipes search on this GPU
+    # (issue 23: space.recipe_knobs; resolved per row where a value never slows a plan)
     return enumerate_space(model, cluster, counts, gbs, seq, knobs or request.knobs,
-                           max_candidates or request.max_candidates, request.global_batch_tolerance)
+                           max_candidates or request.max_candidates, request.global_batch_tolerance,
+                           framework=request.framework, recipes=True)
 
 
 def default_max_gpus(model, cluster, gbs, seq, request, deadline: float = math.inf,

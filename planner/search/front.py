@@ -97,6 +97,7 @@ from plan_search.planner.search.command import estimate_command
 from plan_search.planner.search.cpsat import _cpsat, cpsat_front, preload_cp_model  # noqa: F401 (cli/search.py's)
 from plan_search.planner.search.explain import explain_infeasible
 from plan_search.planner.search.framework import restrict_to_framework
+from plan_search.planner.search.low_precision import low_precision_line
 from plan_search.planner.search.objective import OBJECTIVE_KEYS, resolve_objective  # noqa: F401 (the tests')
 from plan_search.planner.search.oracle import exhaustive_front
 from plan_search.planner.search.pick import landmarks, pick_cpsat, pick_exhaustive, system_fronts
@@ -310,6 +311,9 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
                  memory_headroom=req.memory_headroom, tokens=req.tokens,
                  checkpoint_interval_h=req.checkpoint_interval_h, recovery=goodput.of_request(req))
     recommended = pack(model, rec_sys.cluster, rec_plan, r, 0, req.tokens)
+    # issue 23: a 16-bit answer says what the GPU's best low-precision recipe gives the same layout
+    low = low_precision_line(model, rec_sys.cluster, rec_plan, req.framework, req.tokens, req.memory_headroom,
+                             req.checkpoint_interval_h, float(r["days"][0]), float(r["cost_usd"][0]))
     rec_index = next((i for i, fp in enumerate(front) if fp.gpu == rec_sys.name and fp.plan == rec_plan), None)
     reason = _recommend_reason(rule, table, rec, systems, ms, req, key, cap) \
         + goodput_clause(systems, ms, groups, table, rec, rule, key, req)
@@ -347,4 +351,5 @@ def search(request: SearchRequest | dict | None = None, *, model: ModelSpec | st
                             seq_len_source=None if req.seq_len else model.seq_len_source)
     return SearchResult(front=front, recommended=recommended, recommended_index=rec_index, objective=req.objective,
                         reason=reason, landmarks=marks, other_fronts=others, stats=stats, inputs=inputs, request=req,
-                        recommended_command=estimate_command(req, _gpu_ref(req, rec_sys.name), rec_plan))
+                        recommended_command=estimate_command(req, _gpu_ref(req, rec_sys.name), rec_plan),
+                        low_precision=low)

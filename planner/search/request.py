@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model, fi
 
 from plan_search.models.io import NoBoolNumbers, parse_token_count
 from plan_search.planner.costmodel.estimate import Estimate
+from plan_search.planner.search.low_precision import LowPrecisionLine
 from plan_search.planner.costmodel.memory import DEFAULT_MEMORY_HEADROOM
 from plan_search.planner.costmodel.knobs import broadcast_knobs, knob_specs
 from plan_search.planner.costmodel.plan import Plan, canonical_choices, routing_imbalance_problem
@@ -206,6 +207,16 @@ class _EnumeratedKnobs(_Strict):
 
     def model_post_init(self, context) -> None:  # noqa: D102
         self._user_given = frozenset(k for k in self.model_fields_set if getattr(self, k, None) is not None)
+
+    def __eq__(self, other) -> bool:
+        """Equal knobs are equal values (who set them, ``_user_given``, is the search's business, not the value's:
+        a request read back from its JSON equals the request)."""
+        if not isinstance(other, BaseModel):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__ and \
+            self.__pydantic_extra__ == other.__pydantic_extra__
+
+    __hash__ = BaseModel.__hash__
 
     tp: list[int] | None = None
     pp: list[int] | None = None
@@ -607,6 +618,10 @@ class SearchResult(_Doc):
     stats: SearchStats
     inputs: ResolvedInputs
     request: SearchRequest
+    low_precision: LowPrecisionLine | None = Field(
+        default=None, description="a 16-bit answer: the recommended layout in the GPU's best low-precision recipe "
+        "(fp8 on Hopper, mxfp8 on Blackwell: planner.frameworks.recipes.low_precision_recipe), its days and dollars "
+        "(planner.search.low_precision); None for a low-precision answer or a GPU without such a recipe")
 
     def front_rows(self) -> list[dict]:
         """The front, one flat row per point in the result's order, columns :data:`FRONT_COLUMNS`

@@ -35,7 +35,11 @@ rebuilt by :meth:`Space.plan` validate and give back the same row), within the u
   ...: :func:`~plan_search.planner.costmodel.knobs.broadcast_knobs`) as the request gives it, a
   value or a set; the space is crossed with every combination (by default the Plan's defaults
   alone, so a search and ``plan-estimate`` price a plan with the same knobs). A combination
-  that a rule excludes on some rows (FlashAttention off with cp > 1) drops those rows.
+  that a rule excludes on some rows (FlashAttention off with cp > 1) drops those rows. A search
+  (``recipes=True``) spans the recipe knobs its user left unset as the framework's performance
+  recipes do on the GPU (:func:`recipe_knobs`), those that never slow a plan resolved per row
+  (:data:`RESOLVED_KNOBS`); each front point's knobs are then what its plan says, and its
+  ``plan-estimate`` command carries them.
 
 The enumeration crosses small arrays stage by stage (layouts, then micro-batches, virtual
 stages, ZeRO, recomputation, sequence parallelism), masking after each cross, so no Plan object
