@@ -314,6 +314,50 @@ _UNMODELLED: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
 )
 
 
+# Families whose transformers config classes spell the shape with the HF-standard keys (LlamaConfig's
+# num_hidden_layers, hidden_size, num_attention_heads, num_key_value_heads, head_dim, intermediate_size,
+# vocab_size) and read no other spelling (another family's n_layer / n_embd / kv_channels / ffn_dim ... is a
+# stray kwarg the class stores and never reads).
+STANDARD_KEY_FAMILIES = frozenset(
+    {
+        "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
+        "kimi_k2", "gpt_oss", "llama4_text", "llama4", "gemma", "gemma2", "gemma3", "gemma3_text", "phi3", "olmo",
+        "olmo2", "olmoe", "granite", "granitemoe", "gpt_neox", "nemotron", "starcoder2", "cohere", "smollm3",
+        "mistral3",
+    }
+)
+# Multi-head attention only: the class reads no key/value head count and no head width (GPT2Attention,
+# BloomAttention, GPTNeoXAttention: hidden_size / num_heads per head, as many key/value heads as heads).
+MHA_ONLY_FAMILIES = frozenset({"gpt2", "bloom", "gpt_neox", "gptj", "opt", "gpt_neo"})
+# head_dim defaults of config classes whose default is not hidden_size / num_attention_heads (a null head_dim
+# is that quotient in each): Qwen3Config 128, GptOssConfig 64, GemmaConfig/Gemma2Config/Gemma3TextConfig 256.
+_HEAD_DIM_DEFAULT = {"qwen3": 128, "gpt_oss": 64, "gemma": 256, "gemma2": 256, "gemma3": 256, "gemma3_text": 256}
+# The spec fields a standard-key family reads from its one key.
+_STANDARD_CORE = {"num_layers": "num_hidden_layers", "hidden_size": "hidden_size", "num_heads": "num_attention_heads",
+                  "num_kv_heads": "num_key_value_heads", "head_dim": "head_dim", "vocab_size": "vocab_size"}
+
+
+def _own_core_keys(cfg: dict[str, Any], family: str, where: str) -> None:
+    """A standard-key family's shape keys: another family's spelling of a field is refused when it disagrees
+    with the family's own key, or stands in for a missing one (the class would take its own default, not
+    that value), naming both keys. Equal duplicates are harmless."""
+    if family not in STANDARD_KEY_FAMILIES:
+        return
+    fields = dict(_STANDARD_CORE, ffn_hidden_size="intermediate_size")
+    for field, own in fields.items():
+        if family in MHA_ONLY_FAMILIES and field in ("num_kv_heads", "head_dim"):
+            continue
+        for alias in _SPEC_KEYS[field].keys:
+            if alias in (own, "intermediate_size_mlp") or cfg.get(alias) is None:
+                continue
+            if cfg.get(own) is None:
+                raise InputError(f"{where}: {alias}: {family}'s transformers class reads {own}, not {alias} (a key of "
+                                 f"another family, stored and never read), and {own} is missing; give {own}")
+            if cfg[alias] != cfg[own]:
+                raise InputError(f"{where}: {own} {short_repr(cfg[own])} and {alias} {short_repr(cfg[alias])} disagree; "
+                                 f"{family} reads {own}: drop {alias}")
+
+
 def unmodelled_problem(cfg: dict[str, Any], family: str) -> str | None:
     """What of the architecture ``cfg`` declares the cost model does not price (one line naming the keys
     or the model_type and what they are), or None. Only non-null keys count."""
@@ -349,7 +393,13 @@ def _spec_message(message: str, cfg: dict[str, Any], where: str) -> str:
     entry = _SPEC_KEYS.get(field.split(".")[0]) if sep else None
     keys = entry.keys if entry else ()
     key = next((k for k in keys if cfg.get(k) is not None), None)
-    return f"{head}{key} ({field}):{tail}" if key and key != field else message
+    # the other spec fields the reason names, by their config key too ('does not divide hidden_size (n_embd) 1')
+    for other, e in _SPEC_KEYS.items():
+        used = next((k for k in e.keys if cfg.get(k) is not None), None)
+        if other != field and used and used != other and f" {other} " in tail:
+            tail = tail.replace(f" {other} ", f" {other} ({used}) ", 1)
+    return f"{head}{key} ({field}):{tail}" if key and key != field else f"{head}{rest.partition(':')[0]}:{tail}" \
+        if sep else message
 
 
 def _where(name: str) -> str:
@@ -400,7 +450,11 @@ def _count(cfg: dict[str, Any], key: str, where: str) -> int:
 
 def _step(cfg: dict[str, Any], key: str, default: int, where: str) -> int:
     """A positive layer step or pattern length (``moe_layer_freq``, ``decoder_sparse_step`` ...):
-    ``default`` when absent or null; 0 is an error (HF divides by it), as is any non-integer."""
+    ``default`` when absent; null is an error (the classes take the value as given: ``(i + 1) % None``), as
+    are 0 (HF divides by it) and any non-integer."""
+    if key in cfg and cfg[key] is None:
+        raise InputError(f"{where}: {key} must be a positive integer (got null); give it, or leave it out for "
+                         f"the default {default}")
     value = cfg.get(key)
     return default if value is None else _as_int(value, key, where)
 
@@ -450,7 +504,7 @@ def _layer_list(cfg: dict[str, Any], key: str, num_layers: int, where: str) -> l
 def _sparse_layers(cfg: dict[str, Any], family: str, num_layers: int, where: str, deepseek: bool) -> list[int]:
     """Indices of the MoE layers by the config's own rule (``deepseek``: DeepSeek-style experts)."""
     if deepseek:  # HF DeepseekV3DecoderLayer
-        if _hf_class(family) == "deepseek_v3" and "first_k_dense_replace" in cfg and cfg["first_k_dense_replace"] is None:
+        if family in DEEPSEEK_FAMILIES and "first_k_dense_replace" in cfg and cfg["first_k_dense_replace"] is None:
             raise InputError(f"{where}: first_k_dense_replace: null; DeepseekV3DecoderLayer compares each layer's "
                              "index with it; give the number of leading dense layers (DeepSeek-V3: 3), 0 for none")
         first = _hf_default(cfg, "first_dense_layers", family, ("first_k_dense_replace",), where)
@@ -460,14 +514,15 @@ def _sparse_layers(cfg: dict[str, Any], family: str, num_layers: int, where: str
             raise InputError(f"{where}: first_k_dense_replace: {first} exceeds num_hidden_layers {num_layers}; "
                              "give at most the number of layers")
         return [i for i in range(num_layers) if i >= first and i % freq == 0]
-    if family.startswith("llama4") or "interleave_moe_layer_step" in cfg:
+    known = _hf_class(family) in _FAMILY_MOE_KEYS  # a known family's own rule only (strays are not read)
+    if family.startswith("llama4") or "interleave_moe_layer_step" in cfg and not known:
         # HF Llama4TextConfig: moe_layers, else range(step - 1, num_layers, step).
         listed = _layer_list(cfg, "moe_layers", num_layers, where)
         if listed is not None:
             return sorted({i for i in listed if 0 <= i < num_layers})
         step = _step(cfg, "interleave_moe_layer_step", 1, where)
         return list(range(step - 1, num_layers, step))
-    if family.startswith("qwen") or "decoder_sparse_step" in cfg or "mlp_only_layers" in cfg:
+    if family.startswith("qwen") or ("decoder_sparse_step" in cfg or "mlp_only_layers" in cfg) and not known:
         step = _step(cfg, "decoder_sparse_step", 1, where)
         skip = set(_layer_list(cfg, "mlp_only_layers", num_layers, where) or [])  # a set: the list can be long
         return [i for i in range(num_layers) if i not in skip and (i + 1) % step == 0]
@@ -556,6 +611,10 @@ def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, where: str) -
     k_keys = (own.per_token,) if own else _SPEC_KEYS["experts_per_token"].keys
     k = _hf_default(cfg, "experts_per_token", family, k_keys, where) or _int(
         cfg, k_keys, where, what="experts used per token")
+    if k > experts:  # named by both config keys (the spec would name its own fields)
+        k_key = next((kk for kk in k_keys if cfg.get(kk) is not None), k_keys[0])
+        raise InputError(f"{where}: {k_key}: {k} exceeds {key} {experts}; use at most as many experts per token as "
+                         "experts")
     llama4 = family.startswith("llama4")
     # the experts' width key of the family (Llama 4: the dense MLP is intermediate_size_mlp), never
     # another key's value: an unknown family's Mixtral-style num_local_experts are intermediate_size wide
@@ -582,6 +641,10 @@ def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, where: str) -
     shared_ffn = _hf_default(
         cfg, "shared_expert_ffn_hidden_size", family, ("shared_expert_intermediate_size",), where) if read_ffn else 0
     shared_ffn = _count(cfg, "shared_expert_intermediate_size", where) if shared_ffn is None else shared_ffn
+    if family == "qwen2_moe" and not shared_ffn:  # Qwen2MoeSparseMoeBlock builds its shared expert and gate always
+        raise InputError(f"{where}: shared_expert_intermediate_size: {short_repr(cfg.get('shared_expert_intermediate_size'))}"
+                         "; qwen2_moe's transformers class always builds a shared expert of this width and its gate; "
+                         "give the width (Qwen1.5-MoE-A2.7B: 5632)")
     if shared_n:
         out["num_shared_experts"] = shared_n
         out["shared_expert_ffn_hidden_size"] = expert_ffn
@@ -599,7 +662,7 @@ def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, where: str) -
         method = _text(cfg.get("topk_method"), "topk_method", where)
         out["router_expert_bias"] = method == "noaux_tc"  # HF DeepseekV3TopkRouter.e_score_correction_bias
         grouped = method in ("group_limited_greedy", "noaux_tc")
-        out.update(_router_groups(cfg, family, experts, where) if grouped else {})
+        out.update(_router_groups(cfg, family, experts, k, where) if grouped else {})
     if family in SINK_FAMILIES:
         out["router_bias"] = True  # GptOssTopKRouter has a bias
     sparse = _sparse_layers(cfg, family, num_layers, where, deepseek)
@@ -607,7 +670,8 @@ def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, where: str) -
         pattern = [k for k in ("first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step", "mlp_only_layers",
                                "interleave_moe_layer_step", "moe_layers") if cfg.get(k) is not None]
         raise InputError(
-            f"{where}: {'/'.join(pattern) or key}: no layer of the {num_layers} is a mixture of experts, yet "
+            f"{where}: {'/'.join(pattern) or key}: no layer of the num_hidden_layers {num_layers} is a mixture of "
+            f"experts, yet "
             f"{key} is {experts}; fix the MoE layer pattern, or set {key} to 0 for a dense model"
         )
     first, freq = _fit_layer_pattern(sparse, num_layers, where)
@@ -616,7 +680,7 @@ def _moe_fields(cfg: dict[str, Any], family: str, num_layers: int, where: str) -
     return out
 
 
-def _router_groups(cfg: dict[str, Any], family: str, experts: int, where: str) -> dict[str, int]:
+def _router_groups(cfg: dict[str, Any], family: str, experts: int, k: int, where: str) -> dict[str, int]:
     """Group-limited routing (DeepSeek ``n_group`` / ``topk_group``; DeepseekV3TopkRouter splits the experts into
     ``n_group`` groups and keeps the ``topk_group`` best): both keys required (absent: the family's default,
     null: refused), ``1 <= topk_group <= n_group`` and ``n_group`` dividing the experts."""
@@ -636,6 +700,10 @@ def _router_groups(cfg: dict[str, Any], family: str, experts: int, where: str) -
         raise InputError(f"{where}: topk_group: {topk} exceeds n_group {groups}; give at most {groups}")
     if experts % groups:
         raise InputError(f"{where}: n_group: {groups} does not divide n_routed_experts {experts}; use a divisor")
+    if groups > 1 and topk * (experts // groups) < k:
+        raise InputError(f"{where}: n_group {groups} and topk_group {topk}: a token reaches {topk * (experts // groups)} "
+                         f"of the n_routed_experts {experts} ({topk} groups of {experts // groups}), fewer than "
+                         f"num_experts_per_tok {k}; use fewer groups or a larger topk_group")
     return {"router_num_groups": groups, "router_group_topk": topk} if groups > 1 else {}
 
 
@@ -656,8 +724,14 @@ def _mla_fields(cfg: dict[str, Any], family: str, where: str) -> dict[str, Any]:
         "qk_rope_head_dim": read("qk_rope_head_dim", "MLA rotary head width"),
         "qk_nope_head_dim": read("qk_nope_head_dim", "MLA non-rotary head width"),
     }
+    for key in ("qk_nope_head_dim", "qk_rope_head_dim"):  # their sum is the head width: name the key, not head_dim
+        if out[key] > 100_000:
+            raise InputError(f"{where}: {key}: {out[key]:,} is wider than a head can be (at most 100,000)")
     out["head_dim"] = out["qk_nope_head_dim"] + out["qk_rope_head_dim"]
     # an unknown family's missing v_head_dim: the non-rotary width (the spec's own head_dim rule)
+    if family in DEEPSEEK_FAMILIES and "v_head_dim" in cfg and cfg["v_head_dim"] is None:
+        raise InputError(f"{where}: v_head_dim: null; DeepSeek attention's value heads are v_head_dim wide "
+                         "(DeepSeek-V3: 128); give it, or leave it out for the default")
     out["v_head_dim"] = read("v_head_dim", required=False) or out["qk_nope_head_dim"]
     # DeepSeek Sparse Attention (deepseek_v32: its config.json's index_n_heads, index_head_dim, index_topk; the
     # DeepSeek-V3.2-Exp inference code's ModelArgs reads all three, no defaults taken here)
@@ -692,7 +766,7 @@ def _window_fields(cfg: dict[str, Any], family: str, num_layers: int, seq_len: i
     types = cfg.get("layer_types")
     if isinstance(types, list) and types:
         if len(types) != num_layers or not all(isinstance(t, str) for t in types):
-            raise InputError(f"{where}: layer_types must list one attention type per layer ({num_layers})")
+            raise InputError(f"{where}: layer_types must list one attention type per layer (num_hidden_layers {num_layers})")
         other = sorted(set(types) - {"full_attention", "sliding_attention", "chunked_attention"})
         if other:  # linear attention, Mamba ... (hybrid models: Qwen3-Next, Nemotron-H)
             raise InputError(
@@ -713,7 +787,7 @@ def _window_fields(cfg: dict[str, Any], family: str, num_layers: int, seq_len: i
         flags = cfg.get("no_rope_layers")
         if isinstance(flags, list) and flags:
             if len(flags) != num_layers:
-                raise InputError(f"{where}: no_rope_layers must have one entry per layer ({num_layers})")
+                raise InputError(f"{where}: no_rope_layers must have one entry per layer (num_hidden_layers {num_layers})")
             local = [bool(f) for f in flags]
         else:
             n = _step(cfg, "no_rope_layer_interval", 4, where)
@@ -925,6 +999,7 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
     family = _text(cfg.get("model_type") or None, "model_type", where)
     if problem := unmodelled_problem(cfg, family):
         raise InputError(f"{where}: {problem}")
+    _own_core_keys(cfg, family, where)
 
     layers = _int(cfg, _SPEC_KEYS["num_layers"].keys, where, what="number of layers")
     if layers > MAX_LAYERS:  # before the MoE layer pattern walks them
@@ -937,8 +1012,20 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
     if kv is None and cfg.get("multi_query") is True and not cfg.get("new_decoder_architecture"):
         kv = 1
     head_dim = _int(cfg, _SPEC_KEYS["head_dim"].keys, where, required=False)
+    if head_dim is None and not any(k in cfg for k in _SPEC_KEYS["head_dim"].keys):
+        head_dim = _HEAD_DIM_DEFAULT.get(family)  # absent: the class's default (null: hidden / heads)
+    if family in MHA_ONLY_FAMILIES:  # the class reads neither: every stray value ignored, as it ignores them
+        kv, head_dim = None, None
     ffn_keys = ("intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size")
+    if family == "gpt2":  # GPT2MLP: n_inner, else 4h (GPT2Config has no other width key)
+        ffn_keys = ("n_inner",)
     ffn = _int(cfg, ffn_keys, where, required=False) or _hf_default(cfg, "ffn_hidden_size", family, ffn_keys, where)
+    if family == "bloom":  # BloomMLP is 4h wide whatever the config says
+        ffn = 4 * hidden
+    if ffn is None and family in STANDARD_KEY_FAMILIES and not family.startswith("llama4"):
+        # LlamaConfig's 11008, GPTNeoXConfig's 24576 ...: not 4h, and not known here for every class
+        raise InputError(f"{where}: missing intermediate_size: the MLP width of {family}, whose transformers "
+                         "default is not 4 x hidden_size; give intermediate_size in config.json")
     ffn = ffn or 4 * hidden
 
     proj = cfg.get("word_embed_proj_dim")
@@ -1016,6 +1103,9 @@ def from_hf_config(cfg: dict, name: str, *, where: str | None = None) -> ModelSp
         "dropout": dropout,
         "source": f"HF config {name}" + (f" (model_type {family})" if family else ""),
     }
+    if family in DENSE_FAMILIES | set(_FAMILY_MOE_KEYS) - DEEPSEEK_FAMILIES and cfg.get("kv_lora_rank") is not None:
+        raise InputError(f"{where}: kv_lora_rank: {family}'s transformers class has no multi-head latent attention "
+                         "(the key is stored, never read); use model_type deepseek_v3, or drop kv_lora_rank")
     mla = _mla_fields(cfg, family, where)
     if not mla and family in DEEPSEEK_FAMILIES:  # HF DeepseekV2/V3Attention is MLA only
         raise InputError(f"{where}: missing kv_lora_rank: {family} attention is multi-head latent attention "
