@@ -342,3 +342,16 @@ def test_a_wrong_flag_is_caught():
     assert got["rope_theta"] == 10000 != expected(m)["rope_theta"]
     assert megatron_readback(args, m, 2)["rope_theta"] == 500000
     ast.literal_eval("1")  # keep ast imported for the literal parsing the NeMo reader relies on
+
+
+def test_hf_export_round_trips_every_catalog_model():
+    """to_hf_config writes what models/hf.py reads back: every field of every catalog model survives."""
+    from plan_search.planner.frameworks.hf_export import to_hf_config
+
+    for name, m in CATALOG.items():
+        # the length trained at follows models/hf.py's rule (DeepSeek-V3.2's catalog 131,072 is its long-context
+        # phase, the config's YaRN window 4,096); a learned position table's size is the model's
+        skip = {"name", "aliases", "source", "seq_len_source", "global_batch"} | (
+            set() if m.position == "learned" else {"seq_len"})
+        back = from_hf_config(to_hf_config(m), name)
+        assert back.model_dump(exclude=skip) == m.model_dump(exclude=skip), name

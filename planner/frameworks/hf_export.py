@@ -22,6 +22,8 @@ from plan_search.models.spec import ModelSpec
 def hf_model_type(m: ModelSpec) -> str:
     """The transformers ``model_type`` whose class builds ``m``."""
     if m.is_mla:
+        if getattr(m, "index_topk", None):  # DeepSeek Sparse Attention (DeepSeek-V3.2)
+            return "deepseek_v32"
         return "deepseek_v3" if m.router_score == "sigmoid" else "deepseek_v2"
     if m.attention_sinks:
         return "gpt_oss"
@@ -108,6 +110,8 @@ def to_hf_config(m: ModelSpec, seq_len: int | None = None) -> dict[str, Any]:
     if m.is_mla:
         cfg.update(kv_lora_rank=m.kv_lora_rank, q_lora_rank=m.q_lora_rank, qk_rope_head_dim=m.qk_rope_head_dim,
                    qk_nope_head_dim=m.qk_nope_head_dim, v_head_dim=m.v_head_dim)
+        if t == "deepseek_v32":
+            cfg.update(index_n_heads=m.index_n_heads, index_head_dim=m.index_head_dim, index_topk=m.index_topk)
     if m.mtp_num_layers:
         cfg["num_nextn_predict_layers"] = m.mtp_num_layers
     if m.attention_window is not None:
@@ -128,7 +132,7 @@ def to_hf_config(m: ModelSpec, seq_len: int | None = None) -> dict[str, Any]:
 def _moe(m: ModelSpec, t: str) -> dict[str, Any]:
     """The experts in the family's keys (models/hf.py's _SPEC_KEYS and _moe_fields)."""
     k = m.experts_per_token
-    if t in ("deepseek_v2", "deepseek_v3"):
+    if t in ("deepseek_v2", "deepseek_v3", "deepseek_v32"):
         out = {"n_routed_experts": m.num_experts, "num_experts_per_tok": k,
                "moe_intermediate_size": m.expert_ffn_hidden_size, "n_shared_experts": m.num_shared_experts,
                "first_k_dense_replace": m.first_dense_layers, "moe_layer_freq": m.moe_layer_freq,
