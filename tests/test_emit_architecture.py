@@ -90,6 +90,8 @@ def expected(m) -> dict:
     if m.is_mla:
         e.update(q_lora_rank=m.q_lora_rank, kv_lora_rank=m.kv_lora_rank, qk_nope_head_dim=m.qk_nope_head_dim,
                  qk_rope_head_dim=m.qk_rope_head_dim, v_head_dim=m.v_head_dim)
+        if m.index_topk:  # DeepSeek Sparse Attention
+            e.update(index_n_heads=m.index_n_heads, index_head_dim=m.index_head_dim, index_topk=m.index_topk)
     e["mtp_num_layers"] = m.mtp_num_layers
     if m.is_moe:
         e.update(num_experts=m.num_experts, experts_per_token=m.experts_per_token,
@@ -159,6 +161,9 @@ def megatron_readback(args: list[str], m, tp: int) -> dict:
         r.update(q_lora_rank=ns.q_lora_rank, kv_lora_rank=ns.kv_lora_rank, qk_nope_head_dim=ns.qk_head_dim,
                  qk_rope_head_dim=ns.qk_pos_emb_head_dim, v_head_dim=ns.v_head_dim)
         r.pop("head_dim")
+        if ns.experimental_attention_variant == "dsa":
+            r.update(index_n_heads=ns.dsa_indexer_n_heads, index_head_dim=ns.dsa_indexer_head_dim,
+                     index_topk=ns.dsa_indexer_topk)
     if ns.num_experts:
         score = g("moe_router_score_function")
         k = ns.moe_router_topk or MEGATRON_DEFAULTS["moe_router_topk"]
@@ -207,6 +212,9 @@ def nemo_readback(text: str, m) -> dict:
         r.update(q_lora_rank=c("q_lora_rank"), kv_lora_rank=c("kv_lora_rank"), qk_nope_head_dim=c("qk_head_dim"),
                  qk_rope_head_dim=c("qk_pos_emb_head_dim"), v_head_dim=c("v_head_dim"))
         r.pop("head_dim")
+        if c("experimental_attention_variant") == "dsa":
+            r.update(index_n_heads=c("dsa_indexer_n_heads"), index_head_dim=c("dsa_indexer_head_dim"),
+                     index_topk=c("dsa_indexer_topk"))
     if c("num_moe_experts"):
         score, k = c("moe_router_score_function"), c("moe_router_topk")
         freq = c("moe_layer_freq")

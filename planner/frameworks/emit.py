@@ -393,6 +393,9 @@ def megatron_moe_args(p: Plan, m: ModelSpec) -> list[str]:
               "--v-head-dim", str(m.v_head_dim or m.head_dim)]
         if m.q_lora_rank:
             a += ["--q-lora-rank", str(m.q_lora_rank)]
+        if getattr(m, "index_topk", None):  # DeepSeek Sparse Attention (Megatron-LM@d98e8a64 TransformerConfig)
+            a += ["--experimental-attention-variant", "dsa", "--dsa-indexer-n-heads", str(m.index_n_heads),
+                  "--dsa-indexer-head-dim", str(m.index_head_dim), "--dsa-indexer-topk", str(m.index_topk)]
     if getattr(m, "mtp_num_layers", 0):
         a += ["--mtp-num-layers", str(m.mtp_num_layers)]
     if not m.is_moe:
@@ -1174,6 +1177,11 @@ def nemo_moe_overrides(p: Plan, m: ModelSpec) -> dict:
                   "model.config.kv_lora_rank": m.kv_lora_rank, "model.config.qk_head_dim": m.qk_nope_head_dim,
                   "model.config.qk_pos_emb_head_dim": m.qk_rope_head_dim,
                   "model.config.v_head_dim": m.v_head_dim or m.head_dim})
+        if getattr(m, "index_topk", None):  # DeepSeek Sparse Attention
+            o.update({"model.config.experimental_attention_variant": "dsa",
+                      "model.config.dsa_indexer_n_heads": m.index_n_heads,
+                      "model.config.dsa_indexer_head_dim": m.index_head_dim,
+                      "model.config.dsa_indexer_topk": m.index_topk})
     if getattr(m, "mtp_num_layers", 0):
         o["model.config.mtp_num_layers"] = m.mtp_num_layers
     mods = selective_modules(p, m)
@@ -1334,6 +1342,9 @@ def _notes(framework: str, p: Plan, m: ModelSpec) -> list[str]:
         if m.position == "rotary" and m.rope_scaling == "yarn" and not m.is_mla:
             n.append("--position-embedding-type yarn and --yarn-* need Megatron-LM after core_v0.18.0 "
                      "(arguments.py @d98e8a64)")
+        if getattr(m, "index_topk", None):
+            n.append("--experimental-attention-variant dsa and --dsa-indexer-* need Megatron-LM after core_v0.18.0 "
+                     "(TransformerConfig @d98e8a64)")
         n.append("tokenizer, data, optimizer, schedule, checkpoint and logging flags are yours")
         if fw.precision_aware_optimizer(p):
             n.append("--use-precision-aware-optimizer runs Transformer Engine's FusedAdam (TE >= 2.1 for the bf16 "

@@ -374,6 +374,9 @@ def model_of(ns: _Recording, flags_line: dict[str, int], given: ModelSpec | None
             d[field_name] = v
         if ns.q_lora_rank:
             d["q_lora_rank"] = ns.q_lora_rank
+        if ns.experimental_attention_variant == "dsa":  # DeepSeek Sparse Attention, as emit.py writes it
+            d.update(index_n_heads=ns.dsa_indexer_n_heads, index_head_dim=ns.dsa_indexer_head_dim,
+                     index_topk=ns.dsa_indexer_topk)
     if ns.mtp_num_layers:
         d["mtp_num_layers"] = ns.mtp_num_layers
     if ns.num_experts:

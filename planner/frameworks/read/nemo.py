@@ -40,7 +40,9 @@ _MODEL_KEYS = {"num_layers": "num_layers", "hidden_size": "hidden_size", "ffn_hi
                "moe_ffn_hidden_size": "expert_ffn_hidden_size", "q_lora_rank": "q_lora_rank",
                "kv_lora_rank": "kv_lora_rank", "qk_head_dim": "qk_nope_head_dim",
                "qk_pos_emb_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim", "mtp_num_layers": "mtp_num_layers",
-               "moe_expert_capacity_factor": "moe_capacity_factor", "vocab_size": "vocab_size"}
+               "moe_expert_capacity_factor": "moe_capacity_factor", "vocab_size": "vocab_size",
+               "dsa_indexer_n_heads": "index_n_heads", "dsa_indexer_head_dim": "index_head_dim",
+               "dsa_indexer_topk": "index_topk"}
 #: model.config keys of the model or of the recomputation that the plan reader does not read itself.
 _MODEL_SIDE = {"moe_layer_freq", "moe_shared_expert_intermediate_size", "multi_latent_attention",
                "moe_router_score_function", "moe_router_enable_expert_bias", "moe_router_num_groups",
@@ -51,7 +53,7 @@ _MODEL_SIDE = {"moe_layer_freq", "moe_shared_expert_intermediate_size", "multi_l
                "share_embeddings_and_output_weights", "position_embedding_type", "qk_layernorm", "qk_l2_norm",
                "softmax_type", "window_size", "window_attn_skip_freq", "no_rope_freq", "activation_func_clamp_value",
                "glu_linear_offset", "layernorm_zero_centered_gamma", "moe_shared_expert_gate", "hidden_dropout",
-               "attention_dropout"}
+               "attention_dropout", "experimental_attention_variant"}
 _OUT = "logging, checkpointing, data or tokenizer: outside the step"
 _OPT = "optimizer or schedule hyper-parameter: no effect on the step time or memory"
 _UNPRICED = ((r"(log|logger|checkpoint|resume|tokenizer|dataset|data\.(?!seq_length|micro|global)|trainer\.(max_steps|"
