@@ -106,6 +106,9 @@ def test_the_page_answers_as_plan_search(url, tmp_path):
         assert tip.startswith(f"{fp['num_gpus']:,} × {fp['gpu']}") and f"tp{fp['plan']['tp']} pp{fp['plan']['pp']}" in tip
         b.click(x, y)
         b.wait(f"document.getElementById('selected-title').textContent.includes('{fp['num_gpus']:,} × {fp['gpu']}')")
+        d = fp["days"]
+        shown_days = f"{d:,.0f}" if d >= 1000 else f"{d:.1f}" if d >= 10 else f"{d:.2f}"
+        assert f", {shown_days} days," in b.eval("document.getElementById('selected-title').textContent")
         step = b.eval("document.querySelector('#time-bars tr.total td.num').textContent")
         assert step == f"{fp['step_time_s']:.3f} s"
         peak = b.eval("document.querySelector('#memory-bars tr.total td.num').textContent")

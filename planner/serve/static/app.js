@@ -336,8 +336,10 @@ async function pick(p) {
   const q = state.question, res = state.result;
   if (p.own && p.i === res.recommended_index) { select(p.i, res.recommended, res.launch || null); return; }
   const body = {model: q.body.model, gpu: p.fp.gpu, plan: p.fp.plan, tokens: res.inputs.tokens,
-    memory_headroom: res.request.memory_headroom, checkpoint_interval_h: res.request.checkpoint_interval_h,
-    sets: res.request.sets};
+    memory_headroom: res.request.memory_headroom, sets: res.request.sets};
+  // the run's terms the search priced the point with (those the request carries)
+  for (const k of ["checkpoint_interval_h", "failure_rate", "restart_minutes", "async_checkpoint"])
+    if (res.request[k] != null) body[k] = res.request[k];
   if (q.body.model_config) body.model_config = q.body.model_config;
   if (res.request.framework) body.framework = res.request.framework;
   showStatus("pricing the selected plan...", "busy");
