@@ -1360,8 +1360,8 @@ def _notes(framework: str, p: Plan, m: ModelSpec) -> list[str]:
     elif framework == "deepspeed":
         from plan_search.planner.frameworks.hf_export import hf_model_type, hf_unexpressed
 
-        n.append("the model is the training script's: the Hugging Face config.json below builds it with transformers' "
-                 f"{hf_model_type(m)} class (AutoTP shards transformers models)")
+        n.append("the model is the training script's: the Hugging Face config.json written with the config builds "
+                 f"it with transformers' {hf_model_type(m)} class (AutoTP shards transformers models)")
         for k, why in hf_unexpressed(m).items():
             n.append(f"not in the config.json: {k} ({why})")
         n.append("seq_len and the attention kernel are the model code's (the config does not carry them)")
