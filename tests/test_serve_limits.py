@@ -18,7 +18,7 @@ pytest.importorskip("uvicorn")
 from plan_search.planner.serve.limits import Limits  # noqa: E402
 from plan_search.cli.serve import ServerThread  # noqa: E402
 from plan_search.planner.serve.run import is_loopback  # noqa: E402
-from tests.test_serve_api import call  # noqa: E402
+from test_serve_api import call  # noqa: E402
 
 #: A search that runs until its time limit: DeepSeek-V3 on three GPU types over the default GPU range (28 s
 #: unlimited at load 12 on 2 cores, so several times 4 s on an idle machine too)

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from tests.serve_chromium import Browser, chromium_path  # noqa: E402
+from serve_chromium import Browser, chromium_path  # noqa: E402
 
 pytestmark = pytest.mark.skipif(chromium_path() is None, reason="no chromium (.ci/run installs Debian's package)")
 
