@@ -497,6 +497,18 @@ def printed_modules(text: str) -> str | None:
     return mods if mods in RECOMPUTE_MODULE_SETS else None
 
 
+def printed_offload(notes: str) -> str | None:
+    """``Plan.offload_modules`` of a row's notes ("fine-grained activation offloading of expert_fc1 and
+    moe_act"), or None."""
+    from plan_search.planner.costmodel.plan import OFFLOAD_MODULE_SETS, canonical_offload
+
+    m = re.search(r"activation offloading of ([a-z_0-9, ]+?)(?: required|;|$)", notes or "", re.I)
+    if not m:
+        return None
+    mods = canonical_offload("+".join(w for w in re.split(r",|\band\b", m.group(1)) if w.strip()))
+    return mods if mods in OFFLOAD_MODULE_SETS else None
+
+
 def known_good_moe_check() -> list[str]:
     """The MoE rows of planner/runs_2026_12.csv that ran but print no step time (TFLOP/s only: not rows of
     bench/moe_fidelity.py's step-time benchmark), each a known-good configuration: completed by
@@ -528,6 +540,9 @@ def known_good_moe_check() -> list[str]:
         mods = printed_modules(row.get("recompute", ""))
         if mods:
             cands = [Plan(**dict(p.model_dump(exclude={"dp"}), recompute_modules=mods)) for p in cands]
+        off = printed_offload(row.get("notes", ""))
+        if off:
+            cands = [Plan(**dict(p.model_dump(exclude={"dp"}), offload_modules=off)) for p in cands]
         if not cands:
             print(f"  {1000 + i} {key} {gpu} x{n}: no valid plan for the printed degrees")
             continue
@@ -536,12 +551,13 @@ def known_good_moe_check() -> list[str]:
         j = int(np.argmin(mem["total"]))
         need = float(mem["total"][j]) / memory.GIB
         unpriced = "fine-grained activation offloading" if re.search(r"activation offloading", row.get("notes", ""),
-                                                                       re.I) else ""
+                                                                       re.I) and not off else ""
         flag = "" if fits.any() else " ABOVE CAPACITY"
         if flag:
             over.append(f"{1000 + i}{' (' + unpriced + ' not priced)' if unpriced else ''}")
         print(f"  {1000 + i} {key:16s} {gpu:12s} x{n:<4d} seq {mf._int(row['seq_len']):6d} {cands[j].label[:36]:36s} "
-              f"modules {mods or cands[j].recompute}: {need:6.1f} of {c.gpu.memory_gib:g} GiB{flag}"
+              f"modules {mods or cands[j].recompute}{', offload ' + off if off else ''}: {need:6.1f} of "
+              f"{c.gpu.memory_gib:g} GiB{flag}"
               f"{'; open: ' + ','.join(assumed) if assumed else ''}{'; notes: ' + unpriced + ', not priced' if unpriced else ''}")
     return over
 

@@ -69,3 +69,32 @@ def test_megatron_flags_round_trip_and_torchtitan_refuses():
     assert E.from_megatron_args(default, p.num_gpus).recompute_modules is None
     dense = Plan(num_gpus=8, micro_batch=1, global_batch=8, seq_len=8192, zero=3, recompute_modules="mlp")
     assert "torchtitan-recompute-modules" in [v.rule.id for v in F.check("torchtitan", dense, get_model("llama3.1-8b"))]
+
+
+def test_fine_grained_offload_moves_the_named_inputs_off_the_gpu():
+    """Megatron's --offload-modules (Plan.offload_modules): each module's input leaves the GPU but for two
+    layers in flight; copies priced over the host link (offload.module_offload_exposed_s)."""
+    from plan_search.planner.costmodel import offload
+
+    m = get_model("qwen3-235b-a22b")
+    gb = get_cluster("gb200-nvl72")
+    kw = dict(num_gpus=256, tp=1, pp=4, vpp=6, ep=64, micro_batch=3, global_batch=3072, seq_len=4096, zero=1,
+              recompute="selective", recompute_modules="moe_act+layernorm", precision="mxfp8",
+              first_stage_layers=23, last_stage_layers=23)
+    base = ps.estimate(m, gb, **kw)
+    off = ps.estimate(m, gb, **kw, offload_modules="moe_act, expert_fc1")
+    assert off.plan.offload_modules == "expert_fc1+moe_act"
+    x = PlanArrays.from_plans([Plan(**kw, offload_modules="expert_fc1+moe_act")], m.num_layers)
+    per_tok = float(offload.offloaded_bytes_per_token(m, x)[0])
+    rows = float(experts.routed_rows(m, x)[0]) / (3 * 4096)
+    fe = m.expert_ffn_hidden_size
+    share = m.num_moe_layers / m.num_layers
+    assert per_tok == pytest.approx(share * rows * (m.hidden_size * float(experts.compute.gemm_input_bytes(x)[0])
+                                                    + float(experts.activation_input_bytes(m, x)[0]) * fe))
+    assert off.memory.activations_gib < base.memory.activations_gib
+    assert off.step_time_s >= base.step_time_s
+    with pytest.raises(ValueError, match="offload_modules"):
+        Plan(**kw, offload_modules="expert_fc1", activation_offload=True)
+    assert "torchtitan-offload-modules" in [v.rule.id for v in F.check(
+        "torchtitan", Plan(num_gpus=8, micro_batch=1, global_batch=8, seq_len=8192, zero=3, offload_modules="core_attn"),
+        get_model("llama3.1-8b"))]

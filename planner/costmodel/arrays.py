@@ -17,7 +17,7 @@ from plan_search.planner.costmodel.plan import bf16_layers_of
 from plan_search.planner.costmodel.plan import DISPATCHER_CODES, PRECISION_CODES, RECOMPUTE_CODES, Plan
 from plan_search.planner.costmodel.plan import CROSS_ENTROPY_CODES, MASTER_WEIGHT_BYTES, MOMENT_BYTES
 from plan_search.planner.costmodel.plan import PP_SCHEDULE_CODES
-from plan_search.planner.costmodel.plan import CUDNN_SDPA_CODES, module_mask
+from plan_search.planner.costmodel.plan import CUDNN_SDPA_CODES, module_mask, offload_mask
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,7 @@ class PlanArrays:
     recompute: np.ndarray
     rc_layers: np.ndarray
     rc_mod: np.ndarray  # Plan.recompute_modules as a bit mask (plan.module_mask); 0: the model's default set
+    off_mod: np.ndarray  # Plan.offload_modules as a bit mask (plan.offload_mask); 0: none
     sp: np.ndarray
     fa: np.ndarray
     fp8: np.ndarray
@@ -120,7 +121,7 @@ class PlanArrays:
                 num_gpus=p.num_gpus, tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, vpp=p.vpp, zero=p.zero,
                 mb=p.micro_batch, gb=p.global_batch, seq=p.seq_len, recompute=rc,
                 rc_layers=rc_layers, sp=p.sequence_parallel and p.tp > 1, fa=p.flash_attention,
-                rc_mod=module_mask(p.recompute_modules),
+                rc_mod=module_mask(p.recompute_modules), off_mod=offload_mask(p.offload_modules),
                 fp8=PRECISION_CODES[p.precision], fp32_grads=p.fp32_grads,
                 dp_shard=p.dp_shard or 0, grad_red=GRAD_REDUCE_CODES[p.grad_reduce],
                 reshard=p.reshard_after_forward, grad_bf16=p.grad_bf16_copy, opt_offload=p.optimizer_offload,

@@ -100,6 +100,7 @@ from plan_search.models.spec import ModelSpec
 
 from plan_search.planner.costmodel import compute
 from plan_search.planner.costmodel import experts
+from plan_search.planner.costmodel import offload
 from plan_search.planner.costmodel import recompute
 from plan_search.planner.costmodel.arrays import PlanArrays
 from plan_search.planner.costmodel.plan import MASTER_WEIGHT_BYTES, MOMENT_BYTES
@@ -550,6 +551,10 @@ def stage_layout_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
         dense_share = 1.0 - n_moe / np.maximum(layers, 1)
         stored = stored - np.where(rc_mlp, dense_share * compute.tokens_per_gpu(x)
                                    * recompute.mlp_saved_bytes_per_token(model, x), 0.0)
+    off = 0.0
+    if np.any(x.off_mod):  # fine-grained offload: the named modules' inputs leave the GPU (offload.py)
+        off = np.minimum(compute.tokens_per_gpu(x) * offload.offloaded_bytes_per_token(model, x), stored)
+        stored = stored - off
     n_rc = np.minimum(x.rc_layers, layers)
     per_chunk_layers = layers / x.vpp
     # Fully recomputed layers keep their input; the others keep everything (per chunk, the
@@ -585,6 +590,7 @@ def stage_layout_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     kept = 2.0 * psi + unsharded_grad
     return {
         "psi": psi, "psi_e": psi_e, "per_chunk": per_chunk, "offload_cap": 2.0 * kept_per_layer,
+        "offload_back": 2.0 * np.where(n_rc > 0, 0.0, off),  # two layers' offloaded inputs on the GPU (in flight)
         "output": np.where(at_loss, output, 0.0),
         "transient": np.where(at_loss, loss_t, remat_t), "gather": np.where(x.reshard, resharded, kept),
     }
@@ -627,6 +633,8 @@ def stage_memory_bytes(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     layer_acts = chunks * t["per_chunk"]
     if np.any(x.act_offload):
         layer_acts = np.where(x.act_offload, np.minimum(layer_acts, t["offload_cap"]), layer_acts)
+    if np.any(x.off_mod):
+        layer_acts = layer_acts + t["offload_back"]
     T = compute.tokens_per_gpu(x)
     sp_div = np.where(x.sp, x.tp, 1).astype(float)
     mask = (model.hidden_size if model.dropout else 0.0) / sp_div

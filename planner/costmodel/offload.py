@@ -13,6 +13,9 @@
   overlapped with the GPU's compute (the step waits for it).
 - Activation offload: each micro-batch's stored layer activations go out in the forward and come
   back in the backward; the copies hide behind the stage's compute, the rest is exposed.
+- Fine-grained activation offload (``Plan.offload_modules``, Megatron-Core
+  ``--fine-grained-activation-offloading --offload-modules``, issue 29): each named module's input
+  (:func:`offloaded_bytes_per_token`) goes out and comes back; the same copy pricing.
 """
 
 from __future__ import annotations
@@ -58,3 +61,48 @@ def activation_offload_exposed_s(bytes_per_microbatch, compute_per_microbatch_s,
     link = host_link_gbps(cluster) * 1e9 * HOST_LINK_EFF
     copy = 2.0 * bytes_per_microbatch / link
     return np.where(x.act_offload, np.maximum(0.0, copy - compute_per_microbatch_s), 0.0)
+
+
+def offloaded_bytes_per_token(model, x: PlanArrays):
+    """Bytes per token per layer, on one GPU, the named modules' inputs take (``Plan.offload_modules``;
+    Megatron-Core docs "Fine-grained Activation Offloading": "Each module offloads its input activation"):
+    ``attn_norm`` the layer input (``2 h``), ``qkv_linear`` the normed input (``2 h`` at the GEMM input
+    width), ``core_attn`` Q, K and V (``2 q + 4 kv``), ``attn_proj`` the attention output (``q`` at the GEMM
+    input width), ``mlp_norm`` the residual sum (``2 h``), ``expert_fc1`` the permuted expert inputs (the
+    routed rows per token x ``h`` at the GEMM input width), ``moe_act`` the expert activation inputs (the
+    routed rows per token x ``f_e / etp`` at the activation's input bytes); the ``h``-wide tensors split
+    over tp under sequence parallelism, the others over tp. MoE terms are per MoE layer (mean over the
+    layers: ``num_moe_layers / num_layers``). Zero without a named set."""
+    from plan_search.planner.costmodel import compute, experts
+    from plan_search.planner.costmodel.plan import OFFLOAD_MODULES
+
+    mask = np.asarray(x.off_mod, dtype=np.int64)
+    if not np.any(mask):
+        return np.zeros(len(x))
+    on = {m: (mask & (1 << i)) > 0 for i, m in enumerate(OFFLOAD_MODULES)}
+    m = model
+    t = x.tp.astype(float)
+    sp = np.where(x.sp, t, 1.0)
+    g = compute.gemm_input_bytes(x)
+    q, kv = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
+    out = (np.where(on["attn_norm"], 2.0 * m.hidden_size / sp, 0.0)
+           + np.where(on["qkv_linear"], m.hidden_size * g / sp, 0.0)
+           + np.where(on["core_attn"], (2.0 * q + 4.0 * kv) / t, 0.0)
+           + np.where(on["attn_proj"], q * g / t, 0.0)
+           + np.where(on["mlp_norm"], 2.0 * m.hidden_size / sp, 0.0))
+    if m.is_moe:
+        T = compute.tokens_per_gpu(x)
+        rows_per_token = experts.routed_rows(m, x) / T
+        share = m.num_moe_layers / m.num_layers
+        fe = m.expert_ffn_hidden_size / x.etp
+        out = out + share * rows_per_token * (np.where(on["expert_fc1"], m.hidden_size * g, 0.0)
+                                              + np.where(on["moe_act"], experts.activation_input_bytes(m, x) * fe, 0.0))
+    return out
+
+
+def module_offload_exposed_s(bytes_per_microbatch, compute_per_microbatch_s, x: PlanArrays, cluster: ClusterSpec):
+    """Exposed seconds per micro-batch of copying the named modules' inputs out and back (as
+    :func:`activation_offload_exposed_s`)."""
+    link = host_link_gbps(cluster) * 1e9 * HOST_LINK_EFF
+    copy = 2.0 * bytes_per_microbatch / link
+    return np.where(np.asarray(x.off_mod) > 0, np.maximum(0.0, copy - compute_per_microbatch_s), 0.0)

@@ -95,6 +95,36 @@ def canonical_modules(text: str) -> str:
     return "+".join(known + [q for q in dict.fromkeys(parts) if q not in RECOMPUTE_MODULES])
 
 
+#: Megatron-Core's fine-grained activation offloading (``--fine-grained-activation-offloading
+#: --offload-modules``; docs "Fine-grained Activation Offloading": each module's *input* goes to host memory
+#: in the forward and comes back before its backward), in Megatron's order; a plan names a set joined by +.
+OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
+OFFLOAD_MODULE_SETS = (
+    "attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act",
+    "expert_fc1+moe_act", "core_attn+expert_fc1", "core_attn+attn_proj", "core_attn+attn_proj+expert_fc1",
+    "core_attn+expert_fc1+moe_act", "core_attn+attn_proj+expert_fc1+moe_act",
+    "attn_norm+core_attn+attn_proj+mlp_norm+expert_fc1+moe_act",
+    "attn_norm+qkv_linear+core_attn+attn_proj+mlp_norm+expert_fc1+moe_act")
+OffloadModules = Literal[OFFLOAD_MODULE_SETS]  # type: ignore[valid-type]
+
+
+def canonical_offload(text: str) -> str:
+    """An offload module set in its one spelling (as :func:`canonical_modules`)."""
+    import re as _re
+
+    parts = [q for q in _re.split(r"[+,\s]+", text.strip().lower().replace("-", "_")) if q]
+    known = [m for m in OFFLOAD_MODULES if m in parts]
+    return "+".join(known + [q for q in dict.fromkeys(parts) if q not in OFFLOAD_MODULES])
+
+
+def offload_mask(modules: str | None) -> int:
+    """``PlanArrays.off_mod`` of an offload module set (bit ``i`` for :data:`OFFLOAD_MODULES` ``[i]``)."""
+    if not modules:
+        return 0
+    parts = modules.split("+")
+    return sum(1 << i for i, m in enumerate(OFFLOAD_MODULES) if m in parts)
+
+
 def module_mask(modules: str | None) -> int:
     """``PlanArrays.rc_mod`` of a module set: bit ``i`` for :data:`RECOMPUTE_MODULES` ``[i]``; 0 for None
     (the model's default set, planner/costmodel/recompute.py)."""
@@ -182,6 +212,8 @@ def canonical_choices(data, extra: dict[str, tuple[str, ...]] | None = None):
         def one(x):
             if k == "recompute_modules" and isinstance(x, str):
                 return canonical_modules(x)
+            if k == "offload_modules" and isinstance(x, str):
+                return canonical_offload(x)
             return spelled.get(_folded(x), x) if isinstance(x, str) else x
 
         w = [one(x) for x in v] if isinstance(v, (list, tuple)) else one(v)
@@ -372,6 +404,11 @@ class Plan(NoBoolNumbers):
         default=False, description="stored layer activations copied to host memory in the forward and back in "
         "the backward (two layers' worth stay on the GPU); costs the copies over PCIe/C2C that compute "
         "does not hide")
+    offload_modules: OffloadModules | None = Field(
+        default=None, description="Megatron's fine-grained activation offloading: the modules whose inputs go to "
+        "host memory in the forward and come back for the backward (attn_norm, qkv_linear, core_attn, attn_proj, "
+        "mlp_norm, expert_fc1, moe_act joined by +); two layers' worth stay on the GPU; costs the copies over "
+        "PCIe/C2C that compute does not hide (planner/costmodel/offload.py)")
     adam_moments_dtype: Literal["fp32", "bf16"] = Field(
         default="fp32", description="dtype of Adam's two moments: fp32 (Megatron-Core's default, --exp-avg-dtype/"
         "--exp-avg-sq-dtype fp32) or bf16 (its --use-precision-aware-optimizer; DeepSeek-V3 report Sec. 3.3.3): "
@@ -474,6 +511,9 @@ class Plan(NoBoolNumbers):
             raise ValueError("first_stage_layers: an uneven split needs pp > 1; drop it or raise pp")
         if self.recompute_layers is not None and self.recompute != "full":
             raise ValueError("recompute_layers: only meaningful with recompute full")
+        if self.offload_modules is not None and self.activation_offload:
+            raise ValueError("offload_modules: whole-layer activation_offload already offloads every module; "
+                             "drop one of the two")
         if self.recompute_modules is not None and self.recompute != "selective":
             raise ValueError("recompute_modules: only meaningful with recompute selective; set recompute selective "
                              "or drop recompute_modules")

@@ -228,7 +228,9 @@ def layout_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
         "pick": pick, "slow": slow, "bubble": bubble, "psi": psi, "psi_e": psi_e,
         "fwd_mb": layers_most * lt["compute_fwd_s"], "bwd_mb": layers_most * lt["compute_bwd_s"],
         # issue 11: host offload of the activations, exposed per micro-batch
-        "act_offload_s": offload.activation_offload_exposed_s(kept, pick["compute_s"], x, cluster),
+        "act_offload_s": offload.activation_offload_exposed_s(kept, pick["compute_s"], x, cluster)
+        + offload.module_offload_exposed_s(layers_slow * compute.tokens_per_gpu(x)
+                                           * offload.offloaded_bytes_per_token(model, x), pick["compute_s"], x, cluster),
         "tp_raw": layers_slow * cl["tp_raw"] + n_rc_slow * cl["tp_raw"] / 2.0,
         "cp_raw": layers_slow * cl["cp_raw"] + n_rc_slow * cl["cp_raw"] / 3.0,
         "pp_raw": pp_raw, "ep_raw": slowest(*(moe["ep_raw"][st] for st in memory.STAGES)),
@@ -273,7 +275,7 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, _terms: dic
     # issue 11: host offload of the optimizer (replaces the GPU step) and of the activations
     shard = np.where(x.zero >= 1, psi / memory.shard_degree(x), psi)
     out["optimizer_s"] = np.where(x.opt_offload, offload.optimizer_offload_s(shard, x, cluster), out["optimizer_s"])
-    if np.any(x.act_offload):  # (without offload the term is 0: nothing to add)
+    if np.any(x.act_offload) or np.any(x.off_mod):  # (without offload the term is 0: nothing to add)
         out["memory_bound_s"] = out["memory_bound_s"] + m * t["act_offload_s"]
     out["overhead_s"] = np.full(len(x), eff.step_overhead_s)
     step = sum(out[k] for k in TIME_KEYS)

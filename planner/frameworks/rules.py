@@ -182,6 +182,11 @@ def _mcore_rules(fw: str) -> list[Rule]:
         R("vpp-uneven", "with virtual stages the first and last stage layers must divide by vpp",
           f"{_MC} TransformerConfig.__post_init__ (num_layers_in_first/last_pipeline_stage)",
           lambda p, m, c: _vpp_uneven(p, m)),
+        R("offload-modules", "fine-grained activation offloading (--fine-grained-activation-offloading "
+          "--offload-modules) is newer than the kept Megatron-LM flags (arguments.py@000c4ac2): the plan prices it "
+          "(planner/costmodel/offload.py) but does not write it; drop offload_modules to emit",
+          f"{_MLM} (the kept flags' commit); Megatron-Core docs, Fine-grained Activation Offloading",
+          lambda p, m, c: f"offload_modules {p.offload_modules}" if p.offload_modules else None),
         R("recompute-vpp", "block recomputation counts layers per virtual chunk, so recompute_layers must be "
           "a multiple of vpp", f"{_MC} TransformerBlock._checkpointed_forward (recompute_method block)",
           lambda p, m, c: f"recompute_layers {p.recompute_layers}, vpp {p.vpp}"
@@ -273,6 +278,9 @@ def _ds_zero0_grads(p: Plan, m, c) -> Optional[str]:
 
 
 _DS_RULES = [
+    Rule("deepspeed-offload-modules", "deepspeed", "activation checkpoints offload whole (cpu_checkpointing), not "
+         "per module: leave offload_modules unset", f"{_DS} runtime/activation_checkpointing/config.py",
+         lambda p, m, c: f"offload_modules {p.offload_modules}" if p.offload_modules else None),
     Rule("deepspeed-pipe-zero", "deepspeed", "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism",
          f"{_DS} runtime/pipe/engine.py PipelineEngine.__init__",
          lambda p, m, c: f"zero {p.zero} with pp {p.pp}" if p.pp > 1 and p.zero >= 2 else None),
@@ -424,6 +432,9 @@ _TT_RULES = [
          f"{_TT} distributed/activation_checkpoint.py",
          lambda p, m, c: f"recompute selective on {m.name}, a MoE/MLA model" if p.recompute == "selective"
          and (m.is_moe or m.is_mla) else None),
+    Rule("torchtitan-offload-modules", "torchtitan", "no per-module activation offloading (Megatron-Core's "
+         "--offload-modules): leave offload_modules unset", f"{_TT} distributed/activation_checkpoint.py",
+         lambda p, m, c: f"offload_modules {p.offload_modules}" if p.offload_modules else None),
     Rule("torchtitan-recompute-modules", "torchtitan", "selective AC is op-level or per block; Megatron's "
          "--recompute-modules sets are not a torchtitan setting: leave recompute_modules unset",
          f"{_TT} distributed/activation_checkpoint.py",
