@@ -179,7 +179,8 @@ def test_precision_the_gpu_lacks_is_refused_naming_the_gpus_that_have_it(gpu, pr
     if precision == "fp8":
         assert {"h100-sxm", "h200", "h800", "b200", "gb300-nvl72", "mi300x"} <= set(have)
     else:
-        assert have == ["b200", "b300", "gb200-nvl72", "gb300-nvl72"]
+        # Blackwell and CDNA 4 (MI350X, MI355X: OCP MX block scaling) apply block scales in hardware
+        assert have == ["b200", "b300", "gb200-nvl72", "gb300-nvl72", "mi350x", "mi355x"]
 
 
 def test_precision_refusal_through_search_and_cli():

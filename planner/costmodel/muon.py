@@ -31,7 +31,6 @@ import numpy as np
 from plan_search.models import counting
 from plan_search.models.spec import ModelSpec
 from plan_search.planner.costmodel.arrays import PlanArrays
-from plan_search.hardware.spec import ClusterSpec
 
 #: Newton-Schulz iterations per step (Megatron-Core OptimizerConfig.muon_num_ns_steps = 5; Keller
 #: Jordan's Muon ``ns_steps=5``; torch.optim.Muon DEFAULT_NS_STEPS = 5).
@@ -80,48 +79,44 @@ def _shard_flops(mats, split):
     return total
 
 
-def _stage_layers(model: ModelSpec, x: PlanArrays):
-    """(dense, MoE) layers of the fullest pipeline stage (the stage whose step ends last)."""
-    from plan_search.planner.costmodel import experts
-
+def _stage_layers(x: PlanArrays, moe_layers: dict):
+    """(dense, MoE) layers of the fullest pipeline stage (the stage whose step ends last);
+    ``moe_layers``: experts.stage_moe_layers of ``x`` (the caller's: this module imports no pricing)."""
     layers = np.maximum(np.maximum(x.first, x.last), np.where(x.pp > 2, x.mid, 0)).astype(float)
-    moe = experts.stage_moe_layers(model, x)
-    n_moe = np.maximum(np.maximum(moe["first"], moe["last"]), np.where(x.pp > 2, moe["middle"], 0.0))
+    n_moe = np.maximum(np.maximum(moe_layers["first"], moe_layers["last"]),
+                       np.where(x.pp > 2, moe_layers["middle"], 0.0))
     return np.maximum(layers - n_moe, 0.0), np.minimum(n_moe, layers)
 
 
-def orthogonalization_flops_per_gpu(model: ModelSpec, x: PlanArrays):
+def orthogonalization_flops_per_gpu(model: ModelSpec, x: PlanArrays, moe_layers: dict):
     """Newton-Schulz FLOPs one GPU runs per step: the weights of its stage's layers, each shard of
     tensor (expert-tensor) parallelism alone, the layers shared out over the data-parallel (expert
     data-parallel) ranks by the layer-wise distributed optimizer under ZeRO-1 (each rank a 1/dp share,
-    whole layers: the share of the busiest rank is taken as the mean)."""
+    whole layers: the share of the busiest rank is taken as the mean). ``moe_layers``: per stage."""
     tp = x.tp.astype(float)
     attn = _shard_flops(_attention_matrices(model), tp)
     dense_mlp = _shard_flops(_mlp_matrices(model, model.ffn_hidden_size), tp) if model.ffn_hidden_size else 0.0
-    dense_layers, moe_layers = _stage_layers(model, x)
+    dense_layers, n_moe = _stage_layers(x, moe_layers)
     dp_group = np.where(x.zero >= 1, (x.shard * x.cp).astype(float), 1.0)
-    per_gpu = (dense_layers * (attn + dense_mlp) + moe_layers * attn) / dp_group
+    per_gpu = (dense_layers * (attn + dense_mlp) + n_moe * attn) / dp_group
     if model.is_moe:
         shared = (_shard_flops(_mlp_matrices(model, model.shared_expert_ffn_hidden_size), tp) * model.num_shared_experts
                   if model.num_shared_experts and model.shared_expert_ffn_hidden_size else 0.0)
         local_experts = model.num_experts / x.ep
         expert = _shard_flops(_mlp_matrices(model, model.expert_ffn_hidden_size), x.etp.astype(float))
         edp = np.where(x.zero >= 1, np.maximum(x.tp * x.cp * x.dp // (x.ep * x.etp), 1).astype(float), 1.0)
-        per_gpu = per_gpu + moe_layers * (shared / dp_group + local_experts * expert / edp)
+        per_gpu = per_gpu + n_moe * (shared / dp_group + local_experts * expert / edp)
     return per_gpu
 
 
-def orthogonalization_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
-    """Seconds of the step's Newton-Schulz iterations on one GPU (zero for Adam rows): the bf16
-    tensor-core rate (muon_fp32_matmul_prec "medium") at the GEMM efficiency of the largest
-    matrices' smaller dimension (the hidden size, split by tensor parallelism at most)."""
-    from plan_search.planner.costmodel import compute
-
+def orthogonalization_s(model: ModelSpec, x: PlanArrays, moe_layers: dict, rate_flops):
+    """Seconds of the step's Newton-Schulz iterations on one GPU (zero for Adam rows) at ``rate_flops``:
+    the caller's bf16 tensor-core rate (muon_fp32_matmul_prec "medium") at the GEMM efficiency of the
+    largest matrices' smaller dimension (the hidden size's tensor-parallel shard)."""
     muon = np.asarray(x.muon, dtype=bool)
     if not np.any(muon):
         return np.zeros(len(x))
-    rate = cluster.gpu.peak("bf16") * 1e12 * compute.gemm_efficiency(model.hidden_size / x.tp, cluster)
-    return np.where(muon, orthogonalization_flops_per_gpu(model, x) / rate, 0.0)
+    return np.where(muon, orthogonalization_flops_per_gpu(model, x, moe_layers) / rate_flops, 0.0)
 
 
 def adam_params_local(model: ModelSpec, x: PlanArrays, stage: str):

@@ -271,7 +271,9 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, _terms: dic
     # Muon: the Newton-Schulz iterations of the step (muon.py); its momentum update's HBM traffic is
     # priced as Adam's (one moment fewer: at most 8 of ~40 B per parameter of a step under 1% of it)
     if np.any(x.muon):
-        out["optimizer_s"] = out["optimizer_s"] + muon.orthogonalization_s(model, cluster, x)
+        rate = cluster.gpu.peak("bf16") * 1e12 * compute.gemm_efficiency(model.hidden_size / x.tp, cluster)
+        out["optimizer_s"] = out["optimizer_s"] + muon.orthogonalization_s(
+            model, x, experts.stage_moe_layers(model, x), rate)
     # issue 11: host offload of the optimizer (replaces the GPU step) and of the activations
     shard = np.where(x.zero >= 1, psi / memory.shard_degree(x), psi)
     out["optimizer_s"] = np.where(x.opt_offload, offload.optimizer_offload_s(shard, x, cluster), out["optimizer_s"])
