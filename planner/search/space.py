@@ -125,7 +125,12 @@ def space_of_plans(model: ModelSpec, cluster: ClusterSpec, plans: Sequence[Plan]
     kind = np.array([RC_PARTIAL if p.recompute_layers is not None else
                      {"none": RC_NONE, "selective": RC_SELECTIVE, "full": RC_FULL}[p.recompute] for p in plans],
                     dtype=np.int64)
-    uneven = np.array([p.first_stage_layers is not None or p.last_stage_layers is not None for p in plans], dtype=bool)
+    # uneven: given end stages, or the split Megatron's embedding/loss accounting makes (a conformed plan's): without
+    # it plan(i) rebuilt the plan with the accounting off, another split than the one priced (issue 24: the
+    # front's command then priced 14x5|13x2 and plan-estimate --framework megatron refused it)
+    uneven = np.array([p.first_stage_layers is not None or p.last_stage_layers is not None or (
+        p.pp > 1 and (p.account_for_embedding_in_pipeline_split or p.account_for_loss_in_pipeline_split))
+        for p in plans], dtype=bool)
     names = [k.name for k in broadcast_knobs()]
     combos: list[dict] = []
     combo = np.zeros(len(plans), dtype=np.int64)
