@@ -194,6 +194,13 @@ def concat_columns(parts: Sequence[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts)
 
 
+def _take_rows(x: PlanArrays, idx: np.ndarray) -> PlanArrays:
+    """``x.take(idx)`` keeping its one-value columns (:func:`constant_column`) one value, not copied."""
+    return PlanArrays(**{f.name: (constant_column(col[0] if len(col) else 0, len(idx), col.dtype)
+                                  if col.ndim == 1 and col.strides == (0,) else col[idx])
+                         for f in dc_fields(PlanArrays) for col in (getattr(x, f.name),)})
+
+
 def _combo_row_mask(combo: dict, x: PlanArrays) -> np.ndarray:
     """Rows of ``x`` on which a combination is a valid plan (the Plan rules that tie a broadcast
     knob to an enumerated one)."""
@@ -837,7 +844,7 @@ def enumerate_space(
         x = PlanArrays(**core, **{k: constant_column(v, n) for k, v in extra.items()})
         keep = _combo_row_mask(c, x)
         idx = np.flatnonzero(keep) if not keep.all() else None
-        block = (x if idx is None else x.take(idx), kind8 if idx is None else kind8[idx],
+        block = (x if idx is None else _take_rows(x, idx), kind8 if idx is None else kind8[idx],
                  uneven if idx is None else uneven[idx], np.full(int(keep.sum()), ci, dtype=np.int64))
         if resolve and len(block[0]):
             blocks += _resolved_blocks(model, cluster, block, c, resolve, framework, all_combos, l)
@@ -847,7 +854,7 @@ def enumerate_space(
     if len(blocks) == 1:
         x, k8, un, cidx = blocks[0]
     else:
-        x = PlanArrays(**{f.name: np.concatenate([getattr(b[0], f.name) for b in blocks]) for f in dc_fields(PlanArrays)})
+        x = PlanArrays(**{f.name: concat_columns([getattr(b[0], f.name) for b in blocks]) for f in dc_fields(PlanArrays)})
         k8, un, cidx = (np.concatenate([b[j] for b in blocks]) for j in (1, 2, 3))
     return Space(model, cluster, x, k8, un, tuple(combos), cidx)
 
