@@ -9,7 +9,8 @@ The command examples are docs/examples.py's; a figure *in a sentence or a table 
 
 (both comments are invisible once rendered) and computed here by the function of its name, from the
 public API the commands use (``plan_search.search``: the same front, figures and pick as
-``plan-search``, each search run once per call of this script). A marked text that differs from its
+``plan-search``, each search run once per call of this script), or read from the output of the README
+example the sentence describes (:func:`example`; run ``docs/examples.py`` first, then this script). A marked text that differs from its
 value is stale; an unknown name is an error; ``tests/test_readme_figures.py`` runs ``--check``, so a
 prose figure cannot drift from the example it describes (README quoted 233,820 candidates of GPT-3's
 default range where its example printed 251,532, and an efficiency of 81 % where the table said 87 %).
@@ -164,6 +165,131 @@ FIGURES: dict[str, Callable[[], str]] = {
 
 def _deadline():
     return _search("gpt3", "a100", "1T", deadline_days=30)
+
+
+# ------------------------------------------------------------------ figures read from the examples' own output
+# The README's command examples are real output, kept current by docs/examples.py and checked by
+# tests/test_docs.py; a sentence that quotes one reads its figure from that block here (no search run).
+@functools.lru_cache(maxsize=None)
+def example(command: str) -> str:
+    """The output shown for ``command`` (an example of README.md), without its ``$`` lines."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_examples", ROOT / "docs" / "examples.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for m in mod.DIRECTIVE.finditer((ROOT / "README.md").read_text(encoding="utf-8")):
+        if m.group("cmd") == command:
+            return "\n".join(line for line in m.group("body").splitlines() if not line.startswith("$ "))
+    raise SystemExit(f"figures: no README example runs {command!r}")
+
+
+def table(command: str, head: str) -> list[dict]:
+    """The rows of the example's table whose header line starts with ``head`` (columns by the header's
+    words; a row's extra words, the landmarks, under 'notes')."""
+    lines = example(command).splitlines()
+    i = next(k for k, line in enumerate(lines) if line.lstrip().startswith(head.strip()))
+    cols = lines[i].replace("step s", "step_s").split()  # one column, two words in the header
+    rows = []
+    for line in lines[i + 2:]:
+        cells = line.split()
+        if len(cells) < len(cols) or set(line.strip()) <= {"-", " "}:
+            break
+        row = dict(zip(cols, cells))
+        row["notes"] = " ".join(cells[len(cols):])
+        rows.append(row)
+    return rows
+
+
+def _row(rows: list[dict], **match) -> dict:
+    return next(r for r in rows if all(r.get(k) == v for k, v in match.items()))
+
+
+def recompute_phrase(rc: str) -> str:
+    """``f4`` -> 'full recomputation of 4 layers per stage' (the tables' rc column)."""
+    if rc.startswith("f") and rc[1:].isdigit():
+        return f"full recomputation of {rc[1:]} layers per stage"
+    return {"full": "full recomputation", "none": "no recomputation", "sel": "selective recomputation"}.get(rc, rc)
+
+
+FEWEST_175B = "plan-sweep fewest-175b.yaml -o fewest-175b.csv --summary -q"
+FEWEST_1T = "plan-sweep fewest-1t.yaml -o fewest-1t.csv --summary -q"
+THREE_TYPES = "plan-search --model gpt3-175b --gpu a100,h100,h200 --deadline-days 30"
+DEADLINE_4 = "plan-search --model gpt3.yaml --gpu a100 --gpus 256,512,1024,2048 --deadline-days 30"
+FIRST = "plan-search --model gpt3 --gpu a100"
+
+
+def _sweep_row(command: str, gpu: str) -> dict:
+    return _row(table(command, "# GPU"), GPU=gpu)
+
+
+def _layout(r: dict) -> str:
+    return f"tp{r['tp']} pp{r['pp']}"
+
+
+def _per_gpu(command: str) -> str:
+    """The recommended plan's tokens/s per GPU ('(488/GPU)')."""
+    import re as _re
+
+    return _re.search(r"tokens/s \(([\d,]+)/GPU\)", example(command)).group(1)
+
+
+def _front_rows(command: str) -> list[dict]:
+    return table(command, "GPUs")
+
+
+def _money_k(text: str) -> float:
+    """'512k' / '1.00M' -> dollars."""
+    return float(text[:-1]) * (1e3 if text.endswith("k") else 1e6)
+
+
+def _examples_figures() -> dict[str, Callable[[], str]]:
+    f: dict[str, Callable[[], str]] = {}
+    for name, gpu in (("a100", "a100-80gb"), ("h100", "h100-sxm"), ("h200", "h200")):
+        for cmd, tag in ((FEWEST_175B, "175b"), (FEWEST_1T, "1t")):
+            f[f"fewest-{tag}.{name}.gpus"] = lambda cmd=cmd, gpu=gpu: _sweep_row(cmd, gpu)["GPUs"]
+            f[f"fewest-{tag}.{name}.layout"] = lambda cmd=cmd, gpu=gpu: _layout(_sweep_row(cmd, gpu))
+            f[f"fewest-{tag}.{name}.recompute"] = lambda cmd=cmd, gpu=gpu: recompute_phrase(_sweep_row(cmd, gpu)["rc"])
+    three = lambda: _front_rows(THREE_TYPES)  # noqa: E731
+    cheapest = lambda: next(r for r in three() if "cheapest" in r["notes"])  # noqa: E731
+    h200_same = lambda: _row(three(), GPUs=cheapest()["GPUs"], system="h200")  # noqa: E731
+    balanced = lambda: next(r for r in three() if "balanced" in r["notes"])  # noqa: E731
+    f["types.cheapest.gpus"] = lambda: cheapest()["GPUs"]
+    f["types.cheapest.system"] = lambda: {"h100-sxm": "H100s", "h200": "H200s", "a100-80gb": "A100s"}[cheapest()["system"]]
+    f["types.cheapest.cost"] = lambda: "$" + cheapest()["$"]
+    f["types.h200.days"] = lambda: h200_same()["days"]
+    f["types.h200.more"] = lambda: f"{100 * (_money_k(h200_same()['$']) / _money_k(cheapest()['$']) - 1):.0f}"
+
+    def a100_cheapest():
+        import re as _re
+
+        m = _re.search(r"a100-80gb: dominated.*?its cheapest (\$[\d.]+[kM]) in ([\d.]+) days on ([\d,]+)",
+                       " ".join(example(THREE_TYPES).split()))
+        return m
+
+    f["types.a100.gpus"] = lambda: a100_cheapest().group(3)
+    f["types.a100.cost"] = lambda: a100_cheapest().group(1)
+    f["types.a100.per-gpu"] = lambda: _per_gpu(DEADLINE_4)
+    f["types.h100.per-gpu"] = lambda: _per_gpu(THREE_TYPES)
+    f["types.balanced.gpus"] = lambda: balanced()["GPUs"]
+    f["types.balanced.days"] = lambda: balanced()["days"]
+    f["types.balanced.cost"] = lambda: "$" + balanced()["$"]
+    # the 30-day example on four counts: the pick and the next count up
+    four = lambda: _front_rows(DEADLINE_4)  # noqa: E731
+    pick = lambda: next(r for r in four() if r["notes"].startswith("*"))  # noqa: E731
+    up = lambda: next(r for r in four() if int(r["GPUs"].replace(",", "")) > int(pick()["GPUs"].replace(",", "")))  # noqa: E731
+    f["deadline4.pick"] = lambda: pick()["GPUs"]
+    f["deadline4.up"] = lambda: up()["GPUs"]
+    f["deadline4.up-more"] = lambda: f"{100 * (_money_k(up()['$']) / _money_k(pick()['$']) - 1):.0f}"
+    # the first example's cheapest plan: its uneven pipeline split as the pp column shows it
+    first_cheapest = lambda: next(r for r in table(FIRST, "GPUs") if "cheapest" in r["notes"])  # noqa: E731
+    f["first.cheapest.pp"] = lambda: first_cheapest()["pp"]
+    f["first.cheapest.stages"] = lambda: first_cheapest()["pp"].split(":")[0]
+    f["first.cheapest.ends"] = lambda: first_cheapest()["pp"].split(":")[1]
+    return f
+
+
+FIGURES.update(_examples_figures())
 
 
 def process(path: Path, check: bool) -> list[str]:
