@@ -150,23 +150,23 @@ def alternatives(r, plan, cluster, est, *, memory_headroom: float, tokens, check
     order = ok[np.argsort(cols["days"][ok], kind="stable")]
     base = estimate(r.model, cluster, plan, memory_headroom=memory_headroom, tokens=tokens,
                     checkpoint_interval_h=checkpoint_interval_h)
-    out: list[Alternative] = []
+    pool: list[tuple] = []
     seen = {plan}
     for i in order[:2000]:
         q = F.runnable(r.framework, sp.plan(int(i)), r.model, cluster)
         if q is None or q in seen:
             continue
         seen.add(q)
+        # priced as plan-estimate prices it (conforming can move a candidate against the search's column)
         e = estimate(r.model, cluster, q, memory_headroom=memory_headroom, tokens=tokens,
                      checkpoint_interval_h=checkpoint_interval_h)
-        if not e.feasible:
+        if not e.feasible or (base.feasible and base.run and e.run and e.run.days >= base.run.days):
             continue
-        if base.feasible and base.run and e.run and e.run.days >= base.run.days:
-            break  # sorted by days: nothing further beats the file
-        out.append(Alternative(q, e, changes(r, plan, q, cluster)))
-        if len(out) >= top:
+        pool.append((e.run.days if e.run else e.step_time_s, e.step_time_s, len(pool), q, e))
+        if len(pool) >= 4 * top:
             break
-    return out
+    pool.sort(key=lambda t: t[:3])
+    return [Alternative(q, e, changes(r, plan, q, cluster)) for *_, q, e in pool[:top]]
 
 
 def _secs(x: float) -> str:

@@ -17,7 +17,7 @@ from plan_search.models.spec import ModelSpec
 from plan_search.planner.frameworks import emit as E
 from plan_search.planner.frameworks import rules as fw
 from plan_search.planner.frameworks.read.megatron import consistency
-from plan_search.planner.frameworks.read.report import Entry, LaunchRead
+from plan_search.planner.frameworks.read.report import Entry, LaunchRead, check_kinds
 
 VERSION = fw.VERSIONS["deepspeed"]
 _OPT = "optimizer or schedule hyper-parameter: no effect on the step time or memory"
@@ -128,6 +128,14 @@ def read(text: str, path: str, *, model: ModelSpec | None = None, num_gpus: int 
     cfg, pipe, moe = docs["config"], docs.get("pipeline"), docs.get("moe")
     if model is None:
         raise InputError(f"{where}: a DeepSpeed config does not carry the model: give --model")
+    for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"):
+        if cfg.get(key) == "auto":
+            raise InputError(f"{where}: {key} \"auto\" is filled in by the Hugging Face Trainer at run time: write the "
+                             "number in the config")
+    check_kinds("deepspeed", _flatten(cfg) + [(k, v) for k, v in cfg.items()], _json_lines(text), where)
+    check_kinds("deepspeed", [("PipelineModule." + k, v) for k, v in (pipe or {}).items()] +
+                [("PipeModelDataParallelTopology." + k, v) for k, v in ((pipe or {}).get("topology") or {}).items()] +
+                [("MoE." + k, v) for k, v in (moe or {}).items()], _json_lines(text), where)
     for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"):
         if cfg.get(key) == "auto":
             raise InputError(f"{where}: {key} \"auto\" is filled in by the Hugging Face Trainer at run time: write the "

@@ -298,6 +298,51 @@ def layer_pattern(text: str, num_layers: int | None, line: int, where: str) -> t
     return first, freq
 
 
+def _architecture_extras(ns, d: dict, pos: str) -> None:
+    """The architecture flags ``emit.megatron_model_args`` writes beyond the shape (RoPE base and scaling, norm
+    epsilon, QK norms, attention sinks, sliding windows, the clamped GLU), read only when the file sets them (the
+    rest of the model is the catalog model's of this shape, or --model's)."""
+    g = lambda k: getattr(ns, k, None)  # noqa: E731
+    for flag, field_name in (("rotary_base", "rope_theta"), ("rotary_percent", "rotary_percent"),
+                             ("norm_epsilon", "norm_eps"), ("activation_func_clamp_value", "activation_clamp"),
+                             ("moe_router_topk_scaling_factor", "router_topk_scaling")):
+        if g(flag) is not None:
+            d[field_name] = g(flag)
+    if g("apply_layernorm_1p"):
+        d["layernorm_1p"] = True
+    if g("qk_l2_norm"):
+        d["qk_l2_norm"] = True
+    if g("softmax_type") is not None:
+        d["attention_sinks"] = g("softmax_type") == "learnable"
+    if g("quick_geglu") and g("activation_func_clamp_value") is not None and g("glu_linear_offset") == E.GPT_OSS_GLU_OFFSET:
+        d["activation"] = "swiglu"  # GPT-OSS's clamped SwiGLU is written as Megatron's quick-GeGLU (emit)
+    if g("use_rope_scaling"):
+        d.update(rope_scaling="llama3", rope_factor=g("rope_scaling_factor") or 8.0, **E.MEGATRON_LLAMA3_ROPE)
+    elif pos == "yarn" or (g("multi_latent_attention") and g("rotary_scaling_factor") is not None):
+        d.update(rope_scaling="yarn", rope_factor=g("rotary_scaling_factor") or 1.0)
+        if g("mscale") is not None:
+            d["rope_mscale"] = g("mscale")
+        if g("mscale_all_dim") is not None:
+            d["rope_mscale_all_dim"] = g("mscale_all_dim")
+        if g("yarn_original_max_position_embeddings") is not None:
+            d["rope_original_max_position"] = g("yarn_original_max_position_embeddings")
+        for flag, field_name in (("yarn_beta_fast", "rope_beta_fast"), ("yarn_beta_slow", "rope_beta_slow")):
+            if g(flag) is not None:
+                d[field_name] = g(flag)
+    if g("window_size"):
+        try:
+            left, right = (int(v) for v in str(g("window_size")).strip("()").split(","))
+        except ValueError:
+            raise InputError(f"megatron: --window-size {g('window_size')!r} is not 'LEFT,RIGHT'") from None
+        d.update(attention_window=left + 1, attention_window_kind="sliding",
+                 global_attention_every=int(g("window_attn_skip_freq") or 0))
+    if g("moe_router_pre_softmax"):
+        d["router_norm_topk"] = False
+    # read with the model: emit's vocabulary padding, NoPE layers, the GLU offset, YaRN's rounding
+    g("make_vocab_size_divisible_by"), g("no_rope_freq"), g("glu_linear_offset")
+    g("no_yarn_correction_range_round_to_int")
+
+
 #: Tokenizers whose vocabulary the file implies (size as the model's vocab_size).
 _TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257}
 
@@ -332,12 +377,11 @@ def model_of(ns: _Recording, flags_line: dict[str, int], given: ModelSpec | None
     if pos is None:
         pos = "rope" if ns.use_rotary_position_embeddings else "learned_absolute"
         default("--position-embedding-type", pos, "position")
-    if pos not in ("rope", "learned_absolute", "yarn"):
+    if pos not in ("rope", "yarn", "learned_absolute"):
         raise InputError(f"{where}: line {flags_line.get('--position-embedding-type')}: --position-embedding-type "
                          f"{pos} is not priced (rope, yarn, learned_absolute)")
-    d["position"] = "rotary" if pos in ("rope", "yarn") else "learned"
-    if pos == "yarn":  # YaRN outside MLA (GPT-OSS; Megatron-LM@d98e8a64), as emit.py writes it
-        d["rope_scaling"] = "yarn"
+    d["position"] = "learned" if pos == "learned_absolute" else "rotary"
+    _architecture_extras(ns, d, pos)
     if ns.normalization is None:
         default("--normalization", "LayerNorm", "norm")
     d["norm"] = "rmsnorm" if ns.normalization == "RMSNorm" else "layernorm"
@@ -582,6 +626,9 @@ def build(flags, text: str, path: str, dialect: str, *, launcher=(), script: she
     tp = _int_of(ns.tensor_model_parallel_size) or 1
     pp = _int_of(ns.pipeline_model_parallel_size) or 1
     cp = _int_of(ns.context_parallel_size) or 1
+    for name in ("micro_batch_size", "global_batch_size", "seq_length", "expert_model_parallel_size",
+                 "expert_tensor_parallel_size", "num_virtual_stages_per_pipeline_rank"):
+        getattr(ns, name)  # read: an undefined value the plan needs is named below
     _check_unresolved(ns, where)
     consistency(where, n, tp, pp, cp, ns.micro_batch_size, ns.global_batch_size, m.num_experts,
                 _int_of(ns.expert_model_parallel_size) or 1, _int_of(ns.expert_tensor_parallel_size) or tp,

@@ -18,7 +18,7 @@ from plan_search.models.spec import ModelSpec
 from plan_search.planner.frameworks import emit as E
 from plan_search.planner.frameworks import rules as fw
 from plan_search.planner.frameworks.read.megatron import _catalog_match, consistency, merged_with_catalog
-from plan_search.planner.frameworks.read.report import Entry, LaunchRead
+from plan_search.planner.frameworks.read.report import Entry, LaunchRead, check_kinds
 
 VERSION = fw.VERSIONS["nemo"]
 
@@ -135,6 +135,8 @@ def parse(text: str, path: str) -> tuple[dict, dict[str, int]]:
             if m and "." in m.group(1):
                 k, v = m.group(1), m.group(2)
                 out[k] = E.parse_nemo_overrides(f"{k}={v}").get(k, v) if " " not in v else v
+                if isinstance(out[k], str) and re.fullmatch(r"\[[A-Za-z0-9_.,\-]*\]", out[k]):  # [a,b]: NeMo's list
+                    out[k] = [int(x) if x.isdigit() else x for x in out[k][1:-1].split(",") if x]
                 lines.setdefault(k, w.line)
     if not out:
         raise InputError(f"nemo: {path} has no key=value overrides (e.g. trainer.strategy.tensor_model_parallel_size=8)")
@@ -153,6 +155,7 @@ def read(text: str, path: str, *, model: ModelSpec | None = None, num_gpus: int 
         origin[t] = k
         if k in raw_lines:
             lines[t] = raw_lines[k]
+    check_kinds("nemo", [(t, v) for t, v in o.items() if not (isinstance(v, str) and v == "None")], lines, where)
     if o.get("trainer.plugins.precision") in ("bf16_mixed", "fp16_mixed"):  # Megatron-Bridge's names
         o["trainer.plugins.precision"] = o["trainer.plugins.precision"].replace("_", "-").replace("fp16", "16")
     defaulted: list[Entry] = []
@@ -207,6 +210,10 @@ def read(text: str, path: str, *, model: ModelSpec | None = None, num_gpus: int 
                 m.num_experts, ep, etp, lines={"--global-batch-size": lines.get("data.global_batch_size")})
     seen: set = set()
     plan = E.from_nemo_overrides(_Rec(o, seen))
+    try:  # the architecture keys emit writes for this model (model.config.rotary_base, layernorm_epsilon, ...)
+        model_keys = set(E.nemo_model_overrides(m, tp))
+    except Exception:  # noqa: BLE001 - a model emit cannot describe: no key is the architecture's
+        model_keys = set()
     used, unpriced, unknown = [], [], []
     for t, v in o.items():
         k = origin.get(t)
@@ -217,7 +224,7 @@ def read(text: str, path: str, *, model: ModelSpec | None = None, num_gpus: int 
         if t in seen or t.startswith("model.config.") and t[len("model.config."):] in _MODEL_KEYS:
             used.append(Entry(shown, line, t.rsplit(".", 1)[-1]))
             continue
-        if t.startswith("model.config.") and t[len("model.config."):] in _MODEL_SIDE:
+        if t in model_keys or t.startswith("model.config.") and t[len("model.config."):] in _MODEL_SIDE:
             used.append(Entry(shown, line, "model (the recipe's, checked against the model's shape)"
                               if not t.startswith("model.config.recompute") else "recompute"))
             continue

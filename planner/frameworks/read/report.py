@@ -59,3 +59,33 @@ class LaunchRead:
                 "used": [e.as_json() for e in self.used], "unpriced": [e.as_json() for e in self.unpriced],
                 "not_understood": [e.as_json() for e in self.not_understood],
                 "defaulted": [e.as_json() for e in self.defaulted], "notes": [e.as_json() for e in self.notes]}
+
+
+def check_kinds(framework: str, items, lines: dict, where: str) -> None:
+    """Every value of the file against its kind in the framework's kept list (int, float, bool, str, list): a
+    wrong kind is one line naming the key and its line, before any reader converts it."""
+    from plan_search.models.io import InputError
+    from plan_search.planner.frameworks import rules as fw
+
+    kept = fw.kept_args(framework)
+    ok = {"int": lambda v: (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer()),
+          "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+          "bool": lambda v: isinstance(v, bool), "str": lambda v: isinstance(v, str),
+          "list": lambda v: isinstance(v, list), "dict": lambda v: isinstance(v, dict)}
+    for key, value in items:
+        spec = kept.get(key)
+        if spec is None or value is None or spec.kind not in ok:
+            continue
+        if spec.kind == "float" and isinstance(value, str):  # DeepSpeed and YAML write 5e7 as text too
+            try:
+                float(value)
+                continue
+            except ValueError:
+                pass
+        if not ok[spec.kind](value):
+            at = f"line {lines[key]}: " if lines.get(key) else ""
+            raise InputError(f"{where}: {at}{key} = {str(value)[:40]!r} is not {'an' if spec.kind == 'int' else 'a'} "
+                             f"{spec.kind}")
+        if spec.choices and str(value) not in spec.choices:
+            at = f"line {lines[key]}: " if lines.get(key) else ""
+            raise InputError(f"{where}: {at}{key} = {str(value)[:40]!r} is not one of {', '.join(spec.choices)}")

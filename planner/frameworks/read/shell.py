@@ -427,14 +427,19 @@ class _Shell:
             if len(text) > MAX_VALUE_CHARS:
                 raise InputError(f"script: line {line}: a value grows past {MAX_VALUE_CHARS} characters")
             if quoted or not split:
-                cur[0] = (cur[0] or []) + [text]
+                if cur[0] is None:
+                    cur[0] = []
+                if text:
+                    cur[0].append(text)
                 return
             if text[:1].isspace():
                 flush()
             for k, part in enumerate(text.split()):
                 if k:
                     flush()
-                cur[0] = (cur[0] or []) + [part]
+                if cur[0] is None:
+                    cur[0] = []
+                cur[0].append(part)
             if text[-1:].isspace():
                 flush()
 
@@ -483,8 +488,8 @@ class _Shell:
         while i < n:
             self.budget.tick()
             c = raw[i]
-            if c == "\\" and i + 1 < n:
-                add(raw[i + 1] if raw[i + 1] != "\n" else "", True)
+            if c == "\\":  # an escaped character (a trailing backslash is itself)
+                add(raw[i + 1] if i + 1 < n and raw[i + 1] != "\n" else ("" if i + 1 < n else "\\"), True)
                 i += 2
             elif c == "'":
                 j = raw.find("'", i + 1)

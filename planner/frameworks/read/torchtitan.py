@@ -18,7 +18,7 @@ from plan_search.models.spec import ModelSpec
 from plan_search.planner.frameworks import emit as E
 from plan_search.planner.frameworks import rules as fw
 from plan_search.planner.frameworks.read.megatron import consistency
-from plan_search.planner.frameworks.read.report import Entry, LaunchRead
+from plan_search.planner.frameworks.read.report import Entry, LaunchRead, check_kinds
 
 VERSION = fw.VERSIONS["torchtitan"]
 _SRC = "pytorch/torchtitan@73a0e697 (v0.2.2) torchtitan/models/<name>/__init__.py"
@@ -160,6 +160,7 @@ def read(text: str, path: str, *, model: ModelSpec | None = None, num_gpus: int 
         if sec not in sections and not any(s.startswith(sec + ".") for s in sections):
             raise InputError(f"{where}: line {lines.get(sec, lines.get(key))}: [{sec or key}] is not a section of {VERSION}'s job "
                              f"config (known: {', '.join(sorted(s for s in sections if '.' not in s))})")
+    check_kinds("torchtitan", flat, lines, where)
     m, how = model_of(d, model, lines)
     par = dict(d.get("parallelism") or {})
     tr = dict(d.get("training") or {})
