@@ -78,7 +78,7 @@ FAMILY_TERM_SOURCES = {
     ("zero3_flat", True): "DeepSpeed ZeRO-3 per-module flat collectives",
     ("fsdp2", True): "ZeRO-3 is FSDP2 fully_shard, torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py",
     ("selective_ac", "op"): "selective AC is op-level SAC, torchtitan distributed/activation_checkpoint.py "
-                            "(selective_ac_option 'op': every second mm recomputed)",
+                            "(selective_ac_option 'op', every second mm recomputed)",
     "attention_eff": "FlashAttention-2 over cuDNN fused attention on H100, Shah et al. 2024 (FlashAttention-3)",
 }
 

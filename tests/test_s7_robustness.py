@@ -136,10 +136,11 @@ def test_fused_grouped_mlp_refusal_through_the_api_and_what_still_searches():
     (["--model", "llama3.1-8b", "--num-gpus", "16", "--pp", "2", "--framework", "torchtitan",
       "--account-for-loss-in-pipeline-split", "--account-for-embedding-in-pipeline-split"],
      "torchtitan-split-accounting",  # was torchtitan-zero12
-     "(account_for_embedding_in_pipeline_split on, account_for_loss_in_pipeline_split on) [+2 more]"),
+     # [+1 more]: torchtitan-selective no longer refuses the default selective recompute (issue 29 prices op SAC)
+     "(account_for_embedding_in_pipeline_split on, account_for_loss_in_pipeline_split on) [+1 more]"),
     (["--model", "llama3.1-8b", "--num-gpus", "16", "--framework", "torchtitan",
       "--gpu", "a100-80gb", "--precision", "fp8"], "torchtitan-fp8-gpu",  # was torchtitan-zero12
-     "(precision fp8 on A100-SXM4-80GB, which has no tensor cores for it) [+2 more]"),
+     "(precision fp8 on A100-SXM4-80GB, which has no tensor cores for it) [+1 more]"),
 ])
 def test_a_framework_refusal_names_the_rule_about_the_knob_given(args, rule, detail):
     r = CliRunner().invoke(estimate_main, (["--gpu", H100] if "--gpu" not in args else []) + args)
