@@ -167,3 +167,32 @@ def test_enumerate_with_recipes_pins_what_the_user_gave_through_the_framework_na
     assert {d for d, _, _ in free} == {"flex", "alltoall"} and (("flex", True, "fused") in free)
     assert combos(moe_grouped_gemm=["loop"], moe_overlap=[False], moe_dispatcher=["alltoall"]) == {
         ("alltoall", False, "loop")}
+
+
+def test_dispatcher_preference_grouped_equals_row_by_row():
+    """space._preferred_rows prices the exchange once per EXCHANGE_COLUMNS group: the same rows as pricing
+    every row (a column exchange_s reads that the grouping missed would make them differ)."""
+    import numpy as np
+
+    from plan_search.hardware.catalog import get_cluster
+    from plan_search.models.catalog import get_model
+    from plan_search.planner.costmodel.dispatch import exchange_s
+    from plan_search.planner.search import space
+    from plan_search.planner.search.request import Knobs
+
+    for name, gpu, prec in (("deepseek-v3", "h100-sxm", "bf16"), ("qwen3-235b-a22b", "b300", "mxfp8"),
+                            ("mixtral-8x22b", "a100-80gb", "bf16")):
+        model, cluster = get_model(name), get_cluster(gpu)
+        sp = space.enumerate_space(model, cluster, [64, 512, 2048], [model.global_batch], model.seq_len,
+                                   Knobs(precision=[prec]))
+        x = sp.x
+        got = space._preferred_rows(model, cluster, x, sp.rc_kind, sp.uneven, sp.combos[0], "moe_dispatcher",
+                                    ("flex", "alltoall"), None)
+        from dataclasses import fields
+
+        def disp(code):
+            return space.PlanArrays(**{f.name: (np.full(len(x), code) if f.name == "moe_disp" else getattr(x, f.name))
+                                       for f in fields(space.PlanArrays)})
+        want = (x.ep > 1) & (exchange_s(model, cluster, disp(2)) <= exchange_s(model, cluster, disp(0)))
+        assert np.array_equal(got, want), name
+        assert got.any()

@@ -639,6 +639,11 @@ def _row_plan(model, x: PlanArrays, i: int, rc_kind: int, uneven: bool, combo: d
     return sp.plan(0)
 
 
+#: The enumerated columns dispatch.exchange_s reads (its tokens per GPU: mb, seq, cp, tp; the expert grid: ep, etp);
+#: the others it reads (precision, routing, imbalance, padding) are one value per combination. tests/test_recipes.py
+#: checks the preference grouped so equals the preference priced row by row.
+EXCHANGE_COLUMNS = ("ep", "etp", "tp", "cp", "mb", "seq")
+
 #: Per resolved knob, the row fields its framework rules read, coded small (one np.unique over an int per row).
 _RULE_FIELDS = {
     "moe_overlap": lambda x, rc: ((np.minimum(x.ep, 2) * 3 + np.minimum(x.pp, 2)) * 3 + np.minimum(x.vpp, 2)) * 4 + rc,
@@ -671,10 +676,10 @@ def _preferred_rows(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, kind8
         from plan_search.planner.costmodel.plan import DISPATCHER_CODES as _codes
 
         ok &= (x.ep > 1) & bool(model.is_moe)
-        if ok.any():  # priced once per layout (the rows that differ only in LAYOUT_FREE columns: the step's groups)
-            from plan_search.planner.costmodel.arrays import LAYOUT_FREE, group_rows
+        if ok.any():  # priced once per group of rows with the same exchange (:data:`EXCHANGE_COLUMNS`)
+            from plan_search.planner.costmodel.arrays import group_rows
 
-            rep, inv = group_rows([getattr(x, f.name) for f in dc_fields(PlanArrays) if f.name not in LAYOUT_FREE], n)
+            rep, inv = group_rows([getattr(x, c) for c in EXCHANGE_COLUMNS], n)
             one = x.take(rep)
             with_disp = lambda v: PlanArrays(**{f.name: (np.full(len(rep), _codes[v]) if f.name == "moe_disp"  # noqa: E731
                                                          else getattr(one, f.name)) for f in dc_fields(PlanArrays)})
