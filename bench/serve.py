@@ -8,6 +8,8 @@
    connection, after warm-up: the median, and its ratio to the bare import floor
    (``python -c "import numpy, pydantic, yaml, click; from ortools.sat.python import cp_model"``,
    bench/search_speed.py's, with the bytecode cache on) timed alternately with it. Target <= 0.5x.
+   Beside it, ``plan_search.search()`` of the same question in this process, timed in the same
+   turns: what the HTTP layer adds to the search.
 2. **Load**: ``--requests`` requests from ``--clients`` concurrent clients (threads, each its own
    connection, loopback only, each request and the whole loop bounded in time), cycling through a
    mix: the default GPT-3 front, a GPT-3 front on three counts, Llama 3.1 8B on H100, an infeasible
@@ -51,7 +53,7 @@ MIX = [
     ("search", dict(DEFAULT_FRONT, **LIMIT)),
     ("search", {"model": "gpt3-175b", "gpu": "a100", "gpus": [256, 512, 1024], "deadline_days": 40, **LIMIT}),
     ("search", {"model": "llama3.1-8b", "gpu": "h100-sxm", "gpus": [8, 16, 32, 64], "tokens": "100B", **LIMIT}),
-    ("search", {"model": "gpt3-175b", "gpu": "a100", "gpus": [8]}),
+    ("search", {"model": "gpt3-175b", "gpu": "a100", "gpus": [8], **LIMIT}),
     ("estimate", {"model": "gpt3-175b", "gpu": "a100", "plan": {"num_gpus": 1024, "tp": 4, "pp": 8, "vpp": 12},
                   "tokens": "300B"}),
 ]
@@ -150,14 +152,19 @@ def start_server(env: dict, workers: int, queue_size: int, max_time_limit: float
     return proc, host, int(port)
 
 
-def warm_search(host, port, env, runs: int) -> tuple[float, float, list[float], list[float]]:
+def warm_search(host, port, env, runs: int) -> tuple[float, float, float, list[float], list[float]]:
+    """Medians of the warm request, the floor and ``plan_search.search`` of the same question in this
+    process (what the request costs beyond the search itself), timed in turn."""
+    import plan_search
+
     c = Client(host, port)
     body = json.dumps(DEFAULT_FRONT).encode()
     for _ in range(3):  # warm-up: both workers, on this connection
         status, _ = c.post("/v1/search", body)
         assert status == 200, status
+    plan_search.search(DEFAULT_FRONT)
     subprocess.run(FLOOR, check=True, env=env)  # fills the floor's bytecode cache
-    req, floor = [], []
+    req, floor, api = [], [], []
     for _ in range(runs):
         t = time.perf_counter()
         subprocess.run(FLOOR, check=True, env=env)
@@ -166,7 +173,10 @@ def warm_search(host, port, env, runs: int) -> tuple[float, float, list[float], 
         status, text = c.post("/v1/search", body)
         req.append(time.perf_counter() - t)
         assert status == 200
-    return statistics.median(req), statistics.median(floor), req, floor
+        t = time.perf_counter()
+        plan_search.search(DEFAULT_FRONT)
+        api.append(time.perf_counter() - t)
+    return statistics.median(req), statistics.median(floor), statistics.median(api), req, floor
 
 
 def load(host, port, pid, n: int, clients: int, budget_s: float) -> dict:
@@ -284,12 +294,14 @@ def main() -> int:
     proc, host, port = start_server(env, workers, max(0, args.clients - workers), 60.0)
     ok = True
     try:
-        med, floor, req, floors = warm_search(host, port, env, args.runs)
+        med, floor, api, req, floors = warm_search(host, port, env, args.runs)
         ratio = med / floor
         ok &= ratio <= 0.5
         print(f"\nwarm POST /v1/search, default GPT-3 front: median {med:.3f} s over {args.runs} "
               f"(min {min(req):.3f}, max {max(req):.3f}); import floor median {floor:.3f} s (min {min(floors):.3f}); "
               f"ratio {ratio:.2f}x (target <= 0.5x: {'MET' if ratio <= 0.5 else 'NOT MET'})")
+        print(f"  plan_search.search() of the same question in this process, timed in turn: median {api:.3f} s, "
+              f"{api / floor:.2f}x the floor; the request takes {med / api:.2f}x the search")
         rss_warm = rss_bytes(proc.pid)
         res = load(host, port, proc.pid, args.requests, args.clients, args.budget)
         rss_end = rss_bytes(proc.pid)
