@@ -21,6 +21,12 @@ row's (``moe_imbalance`` 1.0 where it was forced), given to the search as the on
 balanced gate), which Megatron-Core does not run: they are searched as the framework-free what-if (``--framework none``,
 ``--moe-routing round_robin``; the same profile as the recipe's price), column ``framework``.
 
+Where the search cannot reach the recipe, the table says so and why it is: a row whose recipe runs a schedule no
+framework here implements (DeepSeek-V3's own DualPipe, row 1080: the framework-free what-if is printed beside it),
+or memory settings that change the numerics and that a default search therefore does not span (bf16 Adam moments,
+FP8 activation storage, bf16 weights without fp32 master copies: NeMo AutoModel's and DeepSeek's own); giving
+those settings to the search (``--adam-moments-dtype bf16 --master-weights none ...``) closes such a gap.
+
 Second floor: DeepSeek-V3 on 2,048 H800, fp8, 14.8T tokens, batch 15,360 x 4,096, default ``plan-search`` (no knob
 option): GPU-hours within 10% of the published 2.664M (DeepSeek-V3 technical report, arXiv 2412.19437, Table 1).
 """
