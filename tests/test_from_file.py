@@ -33,7 +33,7 @@ def _sources() -> dict[str, tuple[str, str, str]]:
 
 def test_every_kept_file_names_its_origin():
     src = _sources()
-    kept = {p.name for p in DATA.iterdir() if p.name != "SOURCES.tsv"}
+    kept = {str(p.relative_to(DATA)) for p in DATA.rglob("*") if p.is_file() and p.name != "SOURCES.tsv"}
     assert kept == set(src)
     for repo, path, commit in src.values():
         assert "/" in repo and path and len(commit) == 40
@@ -354,3 +354,43 @@ def test_a_trailing_backslash_is_one_character_not_a_hang():
     s = shell.run("X=1EO?\\\\\nrun $X 1EO?\\")
     assert time.perf_counter() - t0 < 1
     assert [w.text for w in s.commands[-1].words] == ["run", "1EO?\\", "1EO?\\"]
+
+
+# ------------------------------------------------------------------ Megatron-MoE-ModelZoo launches
+
+ZOO = DATA / "modelzoo"
+
+
+def test_modelzoo_qwen3_235b_h100_line_gives_its_degrees_and_prices():
+    """run_h100_235b.sh's H100 line: TP=2 PP=8 VPP=4 EP=32 NNODES=32 GBS=2048 DISPATCHER=deepep A2A_OVERLAP=1 on
+    the wrapper's flags (model YAML, runtime.conf row, PR=bf16 -> --tp-comm-overlap)."""
+    r = read_launch(ZOO / "best_practice" / "qwen3" / "run_h100_235b.sh")
+    p = r.plan
+    assert r.model.name == "qwen3-235b-a22b" and r.dialect == "megatron-modelzoo"
+    assert (p.num_gpus, p.tp, p.pp, p.ep, p.etp, p.dp, p.cp) == (256, 2, 8, 32, 1, 16, 1)
+    assert (p.micro_batch, p.global_batch, p.seq_len, p.precision) == (1, 2048, 4096, "bf16")
+    assert (p.moe_dispatcher, p.moe_overlap, p.overlap_tp_comm, p.recompute) == ("flex", True, True, "selective")
+    assert p.account_for_embedding_in_pipeline_split and p.account_for_loss_in_pipeline_split
+    # what it cannot price is named, with what it assumes instead; nothing is silently dropped
+    assert {e.text.split()[0] for e in r.not_understood} == {"--moe-router-force-load-balancing",
+                                                             "--cuda-graph-impl", "--cuda-graph-scope"}
+    assert all(e.what for e in r.not_understood)
+    res = CliRunner().invoke(estimate_main, ["--from", str(ZOO / "best_practice" / "qwen3" / "run_h100_235b.sh"),
+                                             "--gpu", "h100", "--format", "json"])
+    assert res.exit_code in (0, 3), res.output
+    assert json.loads(res.stdout)["step_time_s"] > 0
+
+
+def test_modelzoo_deepseek_v3_lines_are_read_and_refused_by_the_plans_rule():
+    """run_deepseek_v3_h100.sh recomputes 'mla_up_proj mlp', a module set the plan does not price: one line."""
+    src = ZOO / "best_practice" / "deepseek-v3" / "run_deepseek_v3_h100.sh"
+    for launch in (1, 2, 3):
+        res = CliRunner().invoke(estimate_main, ["--from", str(src), "--gpu", "h100", "--launch", str(launch)])
+        assert res.exit_code == 2 and len(res.output.splitlines()) == 1
+        assert "--recompute-modules mla_up_proj" in res.output
+
+
+def test_a_modelzoo_model_yaml_alone_names_the_variable_it_needs():
+    res = CliRunner().invoke(estimate_main, ["--from", str(ZOO / "model_configs" / "benchmarking" /
+                                                         "Qwen3-235B-A22B.yaml"), "--gpu", "h100", "--gpus", "256"])
+    assert res.exit_code == 2 and "${SEQ_LEN} is not defined in the file" in res.output

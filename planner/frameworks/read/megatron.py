@@ -16,6 +16,7 @@ import argparse
 import ast
 import math
 import re
+from pathlib import Path
 from typing import Any, Sequence
 
 from plan_search.models.io import InputError
@@ -418,6 +419,7 @@ def model_of(ns: _Recording, flags_line: dict[str, int], given: ModelSpec | None
             d[field_name] = v
         if ns.q_lora_rank:
             d["q_lora_rank"] = ns.q_lora_rank
+        d.pop("head_dim", None)  # --kv-channels is not MLA's head width (qk_nope + qk_rope; ModelSpec)
         if ns.experimental_attention_variant == "dsa":  # DeepSeek Sparse Attention, as emit.py writes it
             d.update(index_n_heads=ns.dsa_indexer_n_heads, index_head_dim=ns.dsa_indexer_head_dim,
                      index_topk=ns.dsa_indexer_topk)
@@ -469,6 +471,7 @@ def model_of(ns: _Recording, flags_line: dict[str, int], given: ModelSpec | None
     name = match.name if match is not None else (given.name if given is not None else "model from launch file")
     d["name"] = name
     d["source"] = "launch file flags"
+    _check_unresolved(ns, where)  # a value the model needs and the file leaves to a variable: named
     m = merged_with_catalog(d, match, where, defaulted)
     if match is not None:
         how = f"the file's flags (the shape of catalog model {match.name})"
@@ -569,6 +572,27 @@ def read(text: str, path: str, *, model: ModelSpec | None = None, num_gpus: int 
     launch_line = None
     entries_notes: list[Entry] = [Entry(w, ln, "not evaluated") for ln, w in script.notes]
     if hit is None:
+        from plan_search.planner.frameworks.read import modelzoo
+
+        zoo = [(c, modelzoo.is_modelzoo(c)) for c in script.commands if modelzoo.is_modelzoo(c) is not None]
+        if zoo:
+            if launch is not None and not 1 <= launch <= len(zoo):
+                raise InputError(f"{where}: launch {launch} asked; the file has {len(zoo)} launch command(s)")
+            cmd, k = zoo[(launch or 1) - 1]
+            for j, (c, _) in enumerate(zoo, 1):
+                if c is not cmd:
+                    entries_notes.append(Entry(f"launch {j}: sbatch_benchmarking.sh", c.line,
+                                               f"another launch command (read it with launch {j})"))
+            seen_files: list = []
+            words, n_zoo, how = modelzoo.flags(cmd, k, script, path, seen_files)
+            r = build(split_flags(words), text, path, "megatron-modelzoo", script=None, model=model,
+                      num_gpus=num_gpus, notes=entries_notes, launch_line=cmd.line, gpus_hint=(n_zoo, how))
+            yml = seen_files[0][0] if seen_files else "the model's YAML"
+            for group in (r.used, r.unpriced, r.not_understood):
+                group[:] = [Entry(e.text, None, f"{e.what} ({yml} line {-e.line})") if e.line and e.line < 0 else e
+                            for e in group]
+            r.notes.append(Entry(f"ModelZoo launch: the wrapper's flags ({modelzoo.SOURCE})", cmd.line, "dialect"))
+            return r
         # an argument list: the file's words are the flags
         args = [w for c in script.commands for w in c.words]
         if not args or not args[0].text.startswith("--"):
@@ -659,6 +683,9 @@ def build(flags, text: str, path: str, dialect: str, *, launcher=(), script: she
                 unknown.append(Entry(shown, line, f"priced as the planner's selective set ({' '.join(planned)}): "
                                                   "the estimate is made without this set"))
             continue
+        if flag in _KNOWN_UNPRICED:
+            unknown.append(Entry(shown, line, _KNOWN_UNPRICED[flag]))
+            continue
         if _SHAPES.search(flag):
             raise InputError(f"{where}: line {line}: {flag} changes the model or the parallel layout and is not "
                              "understood by this reader: remove it to price the file without it, or leave --from")
@@ -673,6 +700,22 @@ def build(flags, text: str, path: str, dialect: str, *, launcher=(), script: she
                       gpus_from=gpus_from, used=used, unpriced=unpriced, not_understood=unknown, defaulted=defaulted,
                       notes=list(notes) + [Entry(f"model: {how}", None, "model")], text=text,
                       settings={"flags": flags})
+
+
+#: Flags that change neither the model nor the layout but whose effect on the step the planner does not price:
+#: listed as not understood, with what the estimate assumes instead.
+_KNOWN_UNPRICED = {
+    "--moe-router-force-load-balancing": "forced balanced routing (benchmarking): priced with the plan's moe_imbalance",
+    "--cuda-graph-impl": "CUDA graphs: launch overheads not priced separately",
+    "--cuda-graph-scope": "CUDA graphs: launch overheads not priced separately",
+    "--enable-cuda-graph": "CUDA graphs: launch overheads not priced separately",
+    "--moe-router-padding-for-fp8": "router padding for FP8 GEMMs: not priced",
+    "--moe-router-padding-for-quantization": "router padding for low-precision GEMMs: not priced",
+    "--reuse-grad-buf-for-mxfp8-param-ag": "buffer reuse for the MXFP8 parameter all-gather: not priced",
+    "--moe-hybridep-num-sms": "HybridEP SM count: not priced",
+    "--rotary-seq-len-interpolation-factor": "RoPE interpolation: no effect on the step",
+    "--overlap-cpu-optimizer-d2h-h2d": "with --optimizer-cpu-offload",
+}
 
 
 #: Flags the plan reader implies without reading them: bf16 is the precision when neither --fp16 nor a low-precision
@@ -763,3 +806,36 @@ def flags_text(flags) -> dict[str, tuple[list[str], int]]:
 def parse_args_list(args: Sequence[str]):
     """Split flags of a plain argument list (the emitter's output)."""
     return split_flags([shell.Word(a, 0) for a in args])
+
+
+def read_yaml(text: str, path: str, *, model: ModelSpec | None = None, num_gpus: int | None = None) -> LaunchRead:
+    """A YAML of ``MODEL_ARGS: {--flag: value}`` (the ModelZoo's model configs): ``true`` a switch, ``false`` left
+    out; a ``${VAR}`` the file does not define stays unresolved (and is named if the plan needs it)."""
+    import yaml
+
+    from plan_search.models.io import parse_document
+
+    doc = parse_document(text, f"megatron {Path(path).name}")
+    args = doc.get("MODEL_ARGS")
+    if not isinstance(args, dict):
+        raise InputError(f"megatron: {Path(path).name}: MODEL_ARGS is not a mapping of flags")
+    lines: dict[str, int] = {}
+    for n, raw in enumerate(text.splitlines(), 1):
+        m = re.match(r"\s*(--[A-Za-z0-9-]+)\s*:", raw)
+        if m:
+            lines.setdefault(m.group(1), n)
+    words: list[shell.Word] = []
+    for flag, v in args.items():
+        v = "true" if v is True else "false" if v is False else str(v)
+        if v == "false":
+            continue
+        line = lines.get(str(flag), 0)
+        words.append(shell.Word(str(flag), line))
+        spec = fw.kept_args("megatron").get(str(flag))
+        if v != "true" and spec is not None and spec.kind == "flag":
+            continue  # a switch set by a variable (${MOE_GROUPED_GEMM}): on, as the wrapper's true
+        if v != "true":
+            unresolved = tuple(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", v))
+            words.append(shell.Word(v, line, unresolved))
+    del yaml
+    return build(split_flags(words), text, path, "megatron-yaml", model=model, num_gpus=num_gpus)
