@@ -196,3 +196,33 @@ def test_dispatcher_preference_grouped_equals_row_by_row():
         want = (x.ep > 1) & (exchange_s(model, cluster, disp(2)) <= exchange_s(model, cluster, disp(0)))
         assert np.array_equal(got, want), name
         assert got.any()
+
+
+def test_with_recipe_defaults_fills_what_the_user_left_and_the_framework_runs():
+    from plan_search.hardware.catalog import get_cluster
+    from plan_search.hardware.profiles import for_framework
+    from plan_search.models.catalog import get_model
+    from plan_search.planner.costmodel.arrays import PlanArrays
+    from plan_search.planner.costmodel.evaluate import evaluate
+    from plan_search.planner.frameworks.rules import as_run
+
+    m, c = get_model("deepseek-v3"), for_framework(get_cluster("b300"), "megatron")
+    shape = dict(num_gpus=256, tp=1, pp=8, ep=8, micro_batch=2, global_batch=4096, seq_len=4096, precision="mxfp8",
+                 first_stage_layers=7, last_stage_layers=6, moe_imbalance=1.0)
+    q, applied = recipes.with_recipe_defaults("megatron", Plan(**shape), m, c)
+    # the full-iteration MXFP8 recipe's values, but not its EP overlap: pp 8 without virtual stages cannot run it
+    assert [(k, v) for k, v, _ in applied] == [("moe_dispatcher", "flex"), ("moe_grouped_gemm", "fused"),
+                                               ("fp8_attention", True)]
+    assert not q.moe_overlap and all("v0.6.0" in s for _, _, s in applied)
+
+    def step(p):
+        return float(evaluate(m, c, PlanArrays.from_plans([as_run("megatron", p, m, c)], m.num_layers))["step_s"][0])
+
+    assert step(q) < 0.8 * step(Plan(**shape))  # the recipe's knobs: 18.2 s where the library defaults give 24
+    assert 18.0 < step(q) < 18.6
+    # a knob the user gives stays; with virtual stages the recipe's EP overlap runs too
+    q2, applied2 = recipes.with_recipe_defaults("megatron", Plan(**{**shape, "moe_grouped_gemm": "loop", "vpp": 2,
+                                                                    "first_stage_layers": 7, "last_stage_layers": 6,
+                                                                    "micro_batch": 1}), m, c)
+    assert q2.moe_grouped_gemm == "loop" and [(k, v) for k, v, _ in applied2] == [
+        ("moe_dispatcher", "flex"), ("moe_overlap", True), ("fp8_attention", True)]

@@ -303,3 +303,35 @@ def low_precision_recipe(framework: str | None, gpu) -> Setting | None:
         if caps is None or prec in caps:
             return Setting(prec, src)
     return None
+
+
+def with_recipe_defaults(framework: str, plan, model, cluster):
+    """``plan`` (a :class:`~plan_search.planner.costmodel.plan.Plan`) with the recipe knobs its user left unset
+    (not in ``plan.model_fields_set``) at ``framework``'s current performance-recipe values on ``cluster``
+    (:func:`recipe_defaults` for the plan's precision and the model), each kept only where the plan stays valid and
+    ``framework``'s rules accept it (the recipe's EP overlap needs virtual stages with pp > 1: a plan without them
+    keeps the framework's own default), and the list of ``(knob, value, source)`` applied: what
+    ``plan-estimate --framework X`` would price for the knobs a user does not give (not wired there yet: its
+    outputs with ``--framework`` keep the frameworks' library defaults)."""
+    from pydantic import ValidationError
+
+    from plan_search.models.io import InputError
+    from plan_search.planner.costmodel.plan import Plan
+    from plan_search.planner.frameworks.rules import check
+
+    given = set(plan.model_fields_set)
+    fields = plan.model_dump(include=given)  # the plan as its user gave it: the framework fills the rest its way
+    applied = []
+    base_bad = {v.rule.id for v in check(framework, plan, model, cluster)}
+    for knob, (value, source) in recipe_defaults(framework, cluster, plan.precision, model.is_moe).items():
+        if knob in given or getattr(plan, knob) == value:
+            continue
+        try:
+            q = Plan(**{**fields, knob: value})
+            q.check_against(model)
+        except (ValidationError, ValueError, InputError):
+            continue
+        if {v.rule.id for v in check(framework, q, model, cluster)} <= base_bad:
+            plan, fields[knob] = q, value
+            applied.append((knob, value, source))
+    return plan, applied  # the recipe's values are set on the plan: rules.with_defaults does not reset them
