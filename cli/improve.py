@@ -299,10 +299,6 @@ def _apply_megatron(r, a: Alternative) -> str:
     return "\n".join(lines)
 
 
-def _toml_text(v: str) -> str:
-    return v
-
-
 def _apply_toml(r, a: Alternative) -> str:
     lines = r.text.split("\n")
     pos = dict(r.settings.get("lines", {}))

@@ -86,3 +86,18 @@ def test_megatron_flags_alone_give_the_model(tmp_path, name):
     r = read_launch(f, num_gpus=p.num_gpus)
     assert r.model.name == name
     assert estimate(r.model, cluster, r.plan).step_time_s == estimate(m, cluster, F.as_run("megatron", p, m, cluster)).step_time_s
+
+
+@pytest.mark.parametrize("name", ["llama3.1-8b", "mixtral-8x7b", "qwen3-30b-a3b"])
+def test_deepspeed_file_with_its_hf_config_gives_the_model(tmp_path, name):
+    """--emit's DeepSpeed text carries the model's Hugging Face config.json: read back without --model."""
+    m = get_model(name)
+    p = pick("deepspeed", m, 0)
+    cluster = for_framework(H100, "deepspeed")
+    f = tmp_path / "ds.json"
+    f.write_text(E.emit("deepspeed", p, m, cluster).text + "\n")
+    r = read_launch(f, seq_len=p.seq_len)
+    assert r.plan == F.normalize("deepspeed", p, m.num_layers)
+    a = estimate(m, cluster, F.as_run("deepspeed", p, m, cluster))
+    b = estimate(r.model, cluster, F.as_run("deepspeed", r.plan, r.model, cluster))
+    assert b.step_time_s == a.step_time_s and b.memory.peak_gib == a.memory.peak_gib

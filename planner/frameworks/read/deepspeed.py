@@ -126,6 +126,14 @@ def read(text: str, path: str, *, model: ModelSpec | None = None, num_gpus: int 
     where = "deepspeed"
     docs = dict(split_documents(text, where))
     cfg, pipe, moe = docs["config"], docs.get("pipeline"), docs.get("moe")
+    how_model = f"--model {model.name}" if model is not None else ""
+    if model is None and isinstance(docs.get("model_config"), dict):
+        # the Hugging Face config.json plan-estimate --emit prints after the config (issue 23): the model's
+        from plan_search.models.hf import from_hf_config, hf_model_name
+
+        hf = docs["model_config"]
+        model = from_hf_config(hf, hf_model_name(hf) or "model from launch file", where=f"{where} model config")
+        how_model = "the file's Hugging Face config.json section"
     if model is None:
         raise InputError(f"{where}: a DeepSpeed config does not carry the model: give --model")
     for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"):
@@ -187,6 +195,8 @@ def read(text: str, path: str, *, model: ModelSpec | None = None, num_gpus: int 
                                    moe=_Rec(moe, "MoE.", seen) if moe else None)
     used, unpriced, unknown = [], [], []
     lines = _json_lines(text)
+    if docs.get("model_config"):
+        used.append(Entry("Hugging Face config.json section", None, "model"))
     entries = _flatten(docs["config"]) + [("PipelineModule." + k, v) for k, v in _flatten(pipe or {})] + \
         [("MoE." + k, v) for k, v in _flatten(moe or {})]
     for key, v in entries:
@@ -214,5 +224,5 @@ def read(text: str, path: str, *, model: ModelSpec | None = None, num_gpus: int 
         unknown.append(Entry(shown, line, "not understood: the estimate is made without it"))
     return LaunchRead(path=path, framework="deepspeed", dialect="deepspeed-json", version=VERSION, model=model,
                       plan=plan, gpus_from=gpus_from, used=used, unpriced=unpriced, not_understood=unknown,
-                      defaulted=defaulted, notes=[Entry(f"model: --model {model.name}", None, "model")], text=text,
+                      defaulted=defaulted, notes=[Entry(f"model: {how_model}", None, "model")], text=text,
                       settings={"config": docs["config"], "pipeline": pipe, "moe": moe})

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import math
 import re
 from pathlib import Path
 from typing import Any, Sequence
@@ -657,8 +656,6 @@ def build(flags, text: str, path: str, dialect: str, *, launcher=(), script: she
     consistency(where, n, tp, pp, cp, ns.micro_batch_size, ns.global_batch_size, m.num_experts,
                 _int_of(ns.expert_model_parallel_size) or 1, _int_of(ns.expert_tensor_parallel_size) or tp,
                 lines=seen)
-    if ns.seq_length is None and m.seq_len:
-        pass
     plan = E.from_megatron_namespace(ns, n)
     _check_unresolved(ns, where)
     read_names = object.__getattribute__(ns, "_read")
@@ -799,10 +796,6 @@ def consistency(where: str, n: int, tp: int, pp: int, cp: int, mb, gb, experts: 
                          f"tp*cp*dp = {tp}*{cp}*{dp} = {tp * cp * dp} (the world size {n} over pp {pp})")
 
 
-def flags_text(flags) -> dict[str, tuple[list[str], int]]:
-    return {f: (v, line) for f, v, line, _ in flags}
-
-
 def parse_args_list(args: Sequence[str]):
     """Split flags of a plain argument list (the emitter's output)."""
     return split_flags([shell.Word(a, 0) for a in args])
@@ -811,8 +804,6 @@ def parse_args_list(args: Sequence[str]):
 def read_yaml(text: str, path: str, *, model: ModelSpec | None = None, num_gpus: int | None = None) -> LaunchRead:
     """A YAML of ``MODEL_ARGS: {--flag: value}`` (the ModelZoo's model configs): ``true`` a switch, ``false`` left
     out; a ``${VAR}`` the file does not define stays unresolved (and is named if the plan needs it)."""
-    import yaml
-
     from plan_search.models.io import parse_document
 
     doc = parse_document(text, f"megatron {Path(path).name}")
@@ -837,5 +828,4 @@ def read_yaml(text: str, path: str, *, model: ModelSpec | None = None, num_gpus:
         if v != "true":
             unresolved = tuple(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", v))
             words.append(shell.Word(v, line, unresolved))
-    del yaml
     return build(split_flags(words), text, path, "megatron-yaml", model=model, num_gpus=num_gpus)

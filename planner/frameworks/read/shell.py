@@ -209,13 +209,10 @@ def lex(s: str, line: int = 1) -> tuple[list[_Tok], list[tuple[int, str]]]:
                         continue
                     k = body_start + 1
                     end = re.compile(rf"^\s*{re.escape(tag)}\s*$", re.M).search(s, k)
-                    rest_of_line = s[i + m.end():body_start]
-                    stop = end.end() if end else n
+                    stop = end.end() if end else n  # the rest of the << line (e.g. > file) goes with the body
                     line_end = line + s.count("\n", i, stop)
                     toks.append(_Tok("word", "<heredoc>", line))
                     toks[-1].items = [(s[k:end.start() if end else n], line + 1)]
-                    # the rest of the << line (e.g. > file) is dropped with the body
-                    del rest_of_line
                     i = stop
                     line = line_end
                     continue
