@@ -394,3 +394,14 @@ def test_a_modelzoo_model_yaml_alone_names_the_variable_it_needs():
     res = CliRunner().invoke(estimate_main, ["--from", str(ZOO / "model_configs" / "benchmarking" /
                                                          "Qwen3-235B-A22B.yaml"), "--gpu", "h100", "--gpus", "256"])
     assert res.exit_code == 2 and "${SEQ_LEN} is not defined in the file" in res.output
+
+
+def test_a_node_count_left_to_the_scheduler_is_not_one_node(tmp_path):
+    f = tmp_path / "job.sh"
+    f.write_text("#SBATCH --nodes=4\n#SBATCH --gpus-per-node=8\nNNODES=$SLURM_NNODES\n" +
+                 _BASE.format(nodes="$NNODES", mb=1, gb=64, tp=2, pp=2, extra=""))
+    r = read_launch(f)
+    assert r.plan.num_gpus == 32 and "#SBATCH" in r.gpus_from
+    f.write_text("NNODES=$SLURM_NNODES\n" + _BASE.format(nodes="$NNODES", mb=1, gb=64, tp=2, pp=2, extra=""))
+    with pytest.raises(InputError, match="give --gpus"):
+        read_launch(f)

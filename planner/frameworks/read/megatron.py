@@ -116,6 +116,8 @@ def _launcher_gpus(words: list[str]) -> tuple[int | None, str]:
 
     per = num("nproc-per-node") or num("num-gpus")
     nodes = num("nnodes") or num("num-nodes")
+    if nodes is None and any(opts.get(k) for k in ("nnodes", "num-nodes")):
+        return None, ""  # a node count the script leaves to the scheduler ($SLURM_NNODES): not one node
     if per and ("nproc-per-node" in opts or "num-gpus" in opts):
         n = per * (nodes or 1)
         return n, f"launcher: {per} per node x {nodes or 1} node(s)"
