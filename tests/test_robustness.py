@@ -463,16 +463,32 @@ def test_allocate_job_stopped_by_the_time_limit_is_reported_as_such():
     assert res.totals.scheduled == 2 and res.solver.time_limited_jobs == []
 
 
-def test_allocate_many_jobs_within_its_time_limit(tmp_path):
-    """200 jobs and a 3 s limit: an answer for every job (the bound itself is not timed here -- a
-    timing is never a test). Jobs that differ in tokens only share a search; jobs with 200
-    different batches cannot, and the ones the limit left unsearched are named, the lightest."""
+def test_allocate_many_jobs_within_its_time_limit(tmp_path, monkeypatch):
+    """200 jobs: an answer for every job (the bound itself is not timed here -- a timing is never a
+    test). Jobs that differ in tokens only share a search; jobs with 200 different batches cannot, and
+    the ones a 3 s limit left unsearched are named, the lightest.
+
+    Issue 24: the sharing was checked as 'all 200 scheduled within 3 s', which a loaded machine fails
+    (66 of 200 at load 8: six searches did not fit 70 % of 3 s); it is now checked by counting the
+    searches run (6: three models on two GPU types) under a limit no load reaches."""
+    import plan_search.planner.search.front as front
+
     models = ["megatron-gpt-1.7b", "llama3.1-8b", "llama3.1-70b"]
     jobs = [{"name": f"j{i}", "model": models[i % 3], "tokens": f"{10 + i % 7}B", "weight": 1 + i % 3}
             for i in range(200)]
     pool = {"free": {"a100-80gb": 4096, "h100-sxm": 2048}}
-    res = allocate(pool, jobs, time_limit_s=3, allow_unscheduled=True)
-    assert res.totals.jobs == 200 and res.totals.scheduled == 200  # 6 searches, rescaled for the tokens
+    calls = []
+    real = front.search
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(front, "search", counted)
+    res = allocate(pool, jobs, time_limit_s=600, allow_unscheduled=True)
+    monkeypatch.setattr(front, "search", real)
+    assert len(calls) == 6  # one search per model and GPU type, rescaled for the tokens
+    assert res.totals.jobs == 200 and res.totals.scheduled == 200
     assert res.solver.searches_proven and not res.solver.time_limited_jobs
     distinct = [dict(j, global_batch=256 + 8 * i) for i, j in enumerate(jobs)]
     res = allocate(pool, distinct, time_limit_s=3, allow_unscheduled=True)
