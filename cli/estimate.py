@@ -51,6 +51,10 @@ def _plan_line(p, is_moe: bool = False) -> str:
     rc = p.recompute
     if rc == "full" and p.recompute_layers is not None:
         rc = f"full({p.recompute_layers}/stage)"
+    if rc == "selective" and getattr(p, "recompute_modules", None):  # Megatron's --recompute-modules (issue 29)
+        rc = f"selective({p.recompute_modules})"
+    if getattr(p, "offload_modules", None):
+        rc += f" offload({p.offload_modules})"
     parts = [
         f"tp{p.tp}", f"pp{p.pp}", f"dp{p.dp}", f"cp{p.cp}", f"vpp{p.vpp}", f"zero{p.zero}",
         f"mb{p.micro_batch}", f"gb{p.global_batch}", f"seq{p.seq_len}", rc,

@@ -8,7 +8,7 @@ import plan_search as ps
 from plan_search.hardware.catalog import get_cluster
 from plan_search.hardware.profiles import for_framework
 from plan_search.models.catalog import get_model
-from plan_search.planner.costmodel import compute, memory
+from plan_search.planner.costmodel import compute, memory, recompute
 from plan_search.planner.costmodel.arrays import PlanArrays
 from plan_search.planner.costmodel.plan import Plan
 from plan_search.planner.frameworks import rules as F
@@ -30,7 +30,7 @@ def test_saved_bytes_are_the_odd_matmuls_sdpa_and_the_input():
     assert memory.op_sac_saved_bytes_per_token(m, x, compiled=True)[0] == eager - 2 * h
     # wk, wo and w3 of the 7 matmuls are re-run: their FLOP share
     share = (h * kv + q * h + h * f) / (h * (q + 2 * kv) + q * h + 3 * h * f)
-    assert memory.op_sac_recomputed_gemm_share(m) == pytest.approx(share)
+    assert recompute.op_sac_recomputed_gemm_share(m) == pytest.approx(share)
 
 
 def test_op_sac_sits_between_none_and_full_in_memory_and_time():
@@ -49,7 +49,7 @@ def test_op_sac_sits_between_none_and_full_in_memory_and_time():
     x = PlanArrays.from_plans([Plan(recompute="selective", **KW)], m.num_layers)
     lt = compute.layer_times(m, c, x)
     gemm = compute.layer_gemm_fwd_s(m, c, x)
-    want = 32 * (memory.op_sac_recomputed_gemm_share(m) * gemm + lt["membound_fwd_s"])
+    want = 32 * (recompute.op_sac_recomputed_gemm_share(m) * gemm + lt["membound_fwd_s"])
     assert est["selective"].time.recompute_s == pytest.approx(float(want[0]), rel=1e-6)
 
 

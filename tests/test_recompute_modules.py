@@ -51,10 +51,10 @@ def test_dense_modules_core_attn_and_mlp():
     assert ps.estimate(m, H100, **kw, recompute_modules="core_attn").memory.peak_gib == pytest.approx(core.memory.peak_gib)
     both = ps.estimate(m, H100, **kw, recompute_modules="core_attn+mlp")
     x = PlanArrays.from_plans([Plan(**kw)], m.num_layers)
-    freed = 32 * 8192 * float(recompute.mlp_saved_bytes_per_token(m, x)[0]) / 2**30
+    freed = 32 * 8192 * float(experts.mlp_saved_bytes_per_token(m, x)[0]) / 2**30
     assert core.memory.activations_gib - both.memory.activations_gib == pytest.approx(freed, rel=1e-6)
     assert both.time.recompute_s - core.time.recompute_s == pytest.approx(
-        32 * float(recompute.mlp_fwd_s(m, H100, x)[0]), rel=1e-6)
+        32 * float(experts.dense_mlp_rerun_s(m, H100, x)[0]), rel=1e-6)
 
 
 def test_megatron_flags_round_trip_and_torchtitan_refuses():

@@ -446,31 +446,10 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
         "membound_fwd_s": mem_f + hbm_s(rope_f, cluster),
         "membound_bwd_s": 2.0 * mem_f + hbm_s(rope_b, cluster),
         "attn_fwd_s": attn_f,
-        # selective recomputation redoes the attention core (and its softmax without FA); torchtitan's
-        # op-level SAC redoes every second matmul and every element-wise op instead (memory.op_sac_*)
-        "selective_extra_s": _selective_extra_s(model, cluster, x, gemm_f, attn_f, mem_f),
+        # selective recomputation redoes the attention core (and its softmax without FA); a named module set
+        # and torchtitan's op-level SAC: recompute.selective_extra_s
+        "selective_extra_s": attn_f + np.where(x.fa, 0.0, mem_f * 0.5),
     }
-
-
-def _selective_extra_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, gemm_f, attn_f, mem_f):
-    """Seconds per layer and micro-batch ``recompute selective`` adds: Megatron's ``core_attn`` (the
-    attention core, its softmax without FlashAttention), or, under ``efficiency.selective_ac`` op,
-    torchtitan's op-level SAC: the recomputed matmuls' share of the weight GEMMs
-    (:func:`memory.op_sac_recomputed_gemm_share`) and the forward's memory-bound work (norms, RoPE,
-    activation: none of it is saved)."""
-    core = attn_f + np.where(x.fa, 0.0, mem_f * 0.5)
-    from plan_search.planner.costmodel import memory, recompute  # (they import this module)
-
-    if np.any(getattr(x, "rc_mod", 0)):  # a named module set (recompute.py): the attention core and dense MLP
-        f = recompute.flags(model, x)
-        dense_share = 1.0 - (model.num_moe_layers / model.num_layers if model.is_moe else 0.0)
-        named = np.where(f["core_attn"], core, 0.0) + np.where(f["mlp"], dense_share * recompute.mlp_fwd_s(
-            model, cluster, x), 0.0)
-        core = np.where(f["explicit"], named, core)
-    op = memory.op_sac_applies(model, cluster, x)
-    if not np.any(op):
-        return core
-    return np.where(op, memory.op_sac_recomputed_gemm_share(model) * gemm_f + mem_f, core)
 
 
 def logits_times(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:

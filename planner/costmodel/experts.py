@@ -599,6 +599,24 @@ def moe_activation_delta_per_layer(model: ModelSpec, x: PlanArrays):
     return np.where(rcf["moe"], -dense, routed + router + weights + shared - dense)
 
 
+def mlp_saved_bytes_per_token(model: ModelSpec, x: PlanArrays):
+    """Bytes per token a dense layer's MLP stores beyond its input (its activation inputs and the down
+    projection's input, on one GPU: ``/tp``): what ``--recompute-modules mlp`` frees (recompute.py)."""
+    f = model.ffn_hidden_size or 4 * model.hidden_size
+    return (activation_input_bytes(model, x) * f + f * compute.gemm_input_bytes(x)) / x.tp
+
+
+def dense_mlp_rerun_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
+    """Seconds a dense layer's MLP forward takes again under ``--recompute-modules mlp``, one micro-batch:
+    its GEMMs (:func:`_mlp_fwd_s`) and the activation's memory-bound pass (read the up projection's
+    output, write the activation's: ``2 up + 2 f`` bytes per token)."""
+    T = compute.tokens_per_gpu(x)
+    t = x.tp.astype(float)
+    f = model.ffn_hidden_size or 4 * model.hidden_size
+    up = (2 if model.gated else 1) * f
+    return _mlp_fwd_s(model, cluster, T, f / t, x.fp8) + compute.hbm_s(T * (2.0 * up + 2.0 * f) / t, cluster)
+
+
 def has_moe_selective_set(model: ModelSpec) -> bool:
     """Whether the model's selective recomputation is the MoE/MLA module set (see the module
     docstring) rather than the dense attention core: a MoE or MLA model."""
@@ -654,7 +672,10 @@ def selective_recompute_fwd_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArr
         rows = routed_rows(m, x)
         per_moe = np.where(rcf["moe_act"] & ~rcf["moe"], compute.hbm_s(
             _act_bytes(m, rows, fe) + clamp_bytes(m, x, rows, fe)[0], cluster), 0.0)
-        per_moe = per_moe + np.where(rcf["shared_experts"] & ~rcf["moe"], recompute.shared_fwd_s(m, cluster, x), 0.0)
+        sw = m.num_shared_experts * (m.shared_expert_ffn_hidden_size or 0)
+        if sw:  # --recompute-modules shared_experts: their GEMMs again
+            shared = _mlp_fwd_s(m, cluster, T, sw / t, x.fp8)
+            per_moe = per_moe + np.where(rcf["shared_experts"] & ~rcf["moe"], shared, 0.0)
     return np.where(x.recompute == 1, per_layer, 0.0), np.where(x.recompute == 1, per_moe, 0.0)
 
 

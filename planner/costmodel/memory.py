@@ -343,27 +343,6 @@ def op_sac_saved_bytes_per_token(model: ModelSpec, x: PlanArrays, compiled: bool
     return 2.0 * h * sp + col + down + rs
 
 
-#: Share of a dense layer's forward weight-GEMM FLOPs torchtitan's op-level SAC runs again in the
-#: backward: the even matmuls of :func:`op_sac_saved_bytes_per_token` (``wk``, ``wo`` and ``w3``;
-#: ungated ``wk``, ``wo`` and ``w2``).
-def op_sac_recomputed_gemm_share(model: ModelSpec) -> float:
-    m = model
-    h, f = m.hidden_size, m.ffn_hidden_size or 4 * m.hidden_size
-    q = m.num_heads * m.head_dim
-    kv = m.num_kv_heads * m.head_dim
-    total = h * (q + 2 * kv) + q * h + (3 if m.gated else 2) * h * f
-    return (h * kv + q * h + h * f) / total
-
-
-def op_sac_applies(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
-    """Rows whose ``selective`` recomputation is torchtitan's op-level SAC (dense models only)."""
-    from plan_search.planner.costmodel import experts as _experts
-
-    if cluster.efficiency.selective_ac != "op" or _experts.has_moe_selective_set(model):
-        return np.zeros(len(x), dtype=bool)
-    return x.recompute == 1
-
-
 def _layer_bytes(model: ModelSpec, x: PlanArrays):
     """(stored, recomputed, rematerialised) bytes of one layer and micro-batch on one GPU;
     ``rematerialised`` is the re-run layer at the peak of its backward
@@ -538,7 +517,7 @@ def stage_layout_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
 
     # -- stored activations (Korthikanti accounting)
     stored, recomputed, remat = _layer if _layer is not None else _layer_bytes(model, x)
-    op_sac = op_sac_applies(model, cluster, x)
+    op_sac = recompute.op_sac_applies(model, cluster, x)
     if np.any(op_sac):  # torchtitan's op-level SAC keeps its saved ops' outputs; its backward re-runs the rest
         stored = np.where(op_sac, compute.tokens_per_gpu(x) * op_sac_saved_bytes_per_token(
             model, x, eff.kernel_fusion == "compiled"), stored)
@@ -550,7 +529,7 @@ def stage_layout_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, st
     if np.any(rc_mlp):  # --recompute-modules mlp: the dense layers' MLPs keep only their input
         dense_share = 1.0 - n_moe / np.maximum(layers, 1)
         stored = stored - np.where(rc_mlp, dense_share * compute.tokens_per_gpu(x)
-                                   * recompute.mlp_saved_bytes_per_token(model, x), 0.0)
+                                   * experts.mlp_saved_bytes_per_token(model, x), 0.0)
     off = 0.0
     if np.any(x.off_mod):  # fine-grained offload: the named modules' inputs leave the GPU (offload.py)
         off = np.minimum(compute.tokens_per_gpu(x) * offload.offloaded_bytes_per_token(model, x), stored)

@@ -605,7 +605,8 @@ class Plan(NoBoolNumbers):
         s += f" v{self.vpp}" if self.vpp > 1 else ""
         s += f" e{self.ep}" if self.ep > 1 else ""
         s += f" et{self.etp}" if self.etp > 1 else ""
-        rc = self.recompute + (f"({self.recompute_layers})" if self.recompute_layers else "")
+        rc = self.recompute + (f"({self.recompute_layers})" if self.recompute_layers else "") + (
+            f"({self.recompute_modules})" if self.recompute_modules else "")
         return s + f" mb{self.micro_batch} z{self.zero} {rc}" + (" dualpipe" if self.pp_schedule == "dualpipe" else "")
 
     @property

@@ -10,21 +10,23 @@ model (planner/costmodel/experts.py). What each module frees and costs, per laye
 - ``core_attn``: the attention scores without FlashAttention (:func:`memory._layer_bytes`); re-runs the
   attention core (:func:`compute.layer_times` ``selective_extra_s``).
 - ``mlp``: a dense layer's MLP keeps only its input: its activation inputs and down-projection input go
-  (:func:`mlp_saved_bytes_per_token`); re-runs its GEMMs and activation (:func:`mlp_fwd_s`). Dense layers
-  only (a MoE layer's MLP is ``moe``).
+  (:func:`experts.mlp_saved_bytes_per_token`); re-runs its GEMMs and activation
+  (:func:`experts.dense_mlp_rerun_s`). Dense layers only (a MoE layer's MLP is ``moe``).
 - ``moe``: a MoE layer keeps only its input (router, dispatch, experts and combine re-run: the whole
   :func:`experts.moe_activation_delta_per_layer` and the dense MLP it replaces go); re-runs the layer's
   forward and its dispatch (planner/costmodel/step.py ``_moe_stage_terms``).
 - ``moe_act``, ``layernorm``, ``mla_up_proj``: the fine-grained set of :mod:`experts`.
 - ``shared_experts``: the shared experts' MLP inputs go; re-runs their GEMMs.
+- under the torchtitan profiles (``efficiency.selective_ac`` op) ``selective`` is torchtitan's op-level SAC
+  instead (:func:`memory.op_sac_saved_bytes_per_token`, :func:`selective_extra_s`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from plan_search.hardware.spec import ClusterSpec
 from plan_search.models.spec import ModelSpec
-from plan_search.planner.costmodel import compute
 from plan_search.planner.costmodel.arrays import PlanArrays
 from plan_search.planner.costmodel.plan import RECOMPUTE_MODULES
 
@@ -52,42 +54,43 @@ def flags(model: ModelSpec, x: PlanArrays) -> dict:
     return out
 
 
-def mlp_saved_bytes_per_token(model: ModelSpec, x: PlanArrays):
-    """Bytes per token a dense layer's MLP stores beyond its input (its activation inputs and the down
-    projection's input, on one GPU: ``/tp``): what ``mlp`` recomputation frees."""
-    from plan_search.planner.costmodel import experts
-
-    f = model.ffn_hidden_size or 4 * model.hidden_size
-    return (experts.activation_input_bytes(model, x) * f + f * compute.gemm_input_bytes(x)) / x.tp
-
-
-def mlp_fwd_s(model: ModelSpec, cluster, x: PlanArrays):
-    """Seconds a dense layer's MLP forward takes again (its up and down GEMMs and the activation's
-    memory-bound pass: read the up projection's output, write the activation's), one micro-batch."""
-    T = compute.tokens_per_gpu(x)
-    t = x.tp.astype(float)
-    f = model.ffn_hidden_size or 4 * model.hidden_size
-    up = (2 if model.gated else 1) * f
-    gemm = compute._gemm_s(T, model.hidden_size, up / t, cluster, x.fp8) + compute._gemm_s(
-        T, f / t, model.hidden_size, cluster, x.fp8)
-    return gemm + compute.hbm_s(T * (2.0 * up + 2.0 * f) / t, cluster)
+def op_sac_recomputed_gemm_share(model: ModelSpec) -> float:
+    """Share of a dense layer's forward weight-GEMM FLOPs torchtitan's op-level SAC runs again in the
+    backward: the even matmuls of :func:`memory.op_sac_saved_bytes_per_token` (``wk``, ``wo`` and ``w3``;
+    ungated ``wk``, ``wo`` and ``w2``)."""
+    m = model
+    h, f = m.hidden_size, m.ffn_hidden_size or 4 * m.hidden_size
+    q = m.num_heads * m.head_dim
+    kv = m.num_kv_heads * m.head_dim
+    total = h * (q + 2 * kv) + q * h + (3 if m.gated else 2) * h * f
+    return (h * kv + q * h + h * f) / total
 
 
-def shared_fwd_s(model: ModelSpec, cluster, x: PlanArrays):
-    """Seconds the shared experts' forward takes again, one MoE layer and micro-batch."""
-    sw = model.num_shared_experts * (model.shared_expert_ffn_hidden_size or 0)
-    if not sw:
-        return np.zeros(len(x))
-    T = compute.tokens_per_gpu(x)
-    t = x.tp.astype(float)
-    up = (2 if model.gated else 1) * sw
-    return compute._gemm_s(T, model.hidden_size, up / t, cluster, x.fp8) + compute._gemm_s(
-        T, sw / t, model.hidden_size, cluster, x.fp8)
+def op_sac_applies(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays):
+    """Rows whose ``selective`` recomputation is torchtitan's op-level SAC (the cluster's
+    ``efficiency.selective_ac`` op; dense models only: a MoE or MLA model's set is :mod:`experts`')."""
+    if cluster.efficiency.selective_ac != "op" or model.is_moe or model.is_mla:
+        return np.zeros(len(x), dtype=bool)
+    return x.recompute == 1
 
 
-def shared_saved_bytes_per_token(model: ModelSpec, x: PlanArrays):
-    """Bytes per token the shared experts' MLP inputs take (what ``shared_experts`` frees)."""
-    from plan_search.planner.costmodel import experts
-
-    sw = model.num_shared_experts * (model.shared_expert_ffn_hidden_size or 0)
-    return (experts.activation_input_bytes(model, x) * sw + sw * compute.gemm_input_bytes(x)) / x.tp
+def selective_extra_s(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, lt: dict, mlp_rerun_s=None):
+    """Seconds per layer and micro-batch ``recompute selective`` adds (planner/costmodel/step.py): the
+    model's default set as :func:`compute.layer_times` ``selective_extra_s`` prices it (the attention core;
+    a MoE or MLA model's set is :func:`experts.selective_recompute_fwd_s`'); a named set the attention core
+    where ``core_attn`` and the dense layers' MLP where ``mlp`` (``mlp_rerun_s``:
+    :func:`experts.dense_mlp_rerun_s`); under ``efficiency.selective_ac`` op torchtitan's op-level SAC --
+    the re-run matmuls' share of the weight GEMMs (:func:`op_sac_recomputed_gemm_share`) and the forward's
+    memory-bound work (norms, RoPE, activation: none of it is saved)."""
+    core = lt["selective_extra_s"]
+    if np.any(x.rc_mod):
+        f = flags(model, x)
+        dense_share = 1.0 - (model.num_moe_layers / model.num_layers if model.is_moe else 0.0)
+        mlp = dense_share * mlp_rerun_s if mlp_rerun_s is not None else 0.0
+        named = np.where(f["core_attn"], core, 0.0) + np.where(f["mlp"], mlp, 0.0)
+        core = np.where(f["explicit"], named, core)
+    op = op_sac_applies(model, cluster, x)
+    if not np.any(op):
+        return core
+    gemm_f = lt["compute_fwd_s"] - lt["attn_fwd_s"]
+    return np.where(op, op_sac_recomputed_gemm_share(model) * gemm_f + lt["membound_fwd_s"], core)

@@ -56,7 +56,7 @@ def _stage_components(model, cluster, x, layers, lt, comm_layer, with_embed, wit
     comp = layers * (lt["compute_fwd_s"] + lt["compute_bwd_s"])
     mem = layers * (lt["membound_fwd_s"] + lt["membound_bwd_s"])
     rc_full = n_rc * (lt["compute_fwd_s"] + lt["membound_fwd_s"])
-    rc_sel = np.where(x.recompute == 1, layers * lt["selective_extra_s"], 0.0)
+    rc_sel = np.where(x.recompute == 1, layers * lt["selective_rerun_s"], 0.0)
     tp = layers * comm_layer["tp_exposed"] + n_rc * comm_layer["tp_exposed_fwd"]
     cp = layers * comm_layer["cp_exposed"] + n_rc * comm_layer["cp_exposed_fwd"]
     comp = comp + np.where(with_embed, em["compute_s"], 0.0) + np.where(with_logits, lg["compute_s"], 0.0)
@@ -174,6 +174,9 @@ def layout_terms(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays) -> dict:
     activation-offload copy and the raw volumes per micro-batch. The search prices them once per
     group of candidates that differ only in their data-parallel degree."""
     lt = compute.layer_times(model, cluster, x)
+    # what recompute selective re-runs: the default set, a named --recompute-modules set, or op-level SAC
+    mlp_rerun = experts.dense_mlp_rerun_s(model, cluster, x) if np.any(recompute.flags(model, x)["mlp"]) else None
+    lt = {**lt, "selective_rerun_s": recompute.selective_extra_s(model, cluster, x, lt, mlp_rerun)}
     lg = compute.logits_times(model, cluster, x)
     em = compute.embedding_times(model, cluster, x)
     cl = _layer_comm(model, cluster, x, lt)
