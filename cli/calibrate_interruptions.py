@@ -30,14 +30,15 @@ def fit_command(log: Path, gpu_ref: str, output: Path, sets: Sequence[str], reso
     rate = fit["failures_per_1000_gpu_days"]
     lines = [f"{cluster.name} ({cluster.gpu.name}): {fit['interruptions']} interruption(s) in "
              f"{fit['gpu_days']:,.0f} GPU-days of {log.name}", ""]
-    band = (f" (90% interval, normal approximation: {fit['rate_low']:.3g} to {fit['rate_high']:.3g})" if "rate_low" in fit else
-            " (no interruption seen: the rate is 0, an optimistic figure from a short log)")
-    lines.append(f"failure rate     {rate:.3g} per 1,000 GPU-days{band}; was {before:.3g} ({source})")
+    band = (f"90% interval {fit['rate_low']:.3g} to {fit['rate_high']:.3g} (normal approximation)"
+            if "rate_low" in fit else "no interruption seen: 0, an optimistic figure from a short log")
+    lines.append(f"failure rate     {rate:.3g} per 1,000 GPU-days; was {before:.3g} ({source.split(':')[0]})")
+    lines.append(f"                 {band}")
     if fit["restart_minutes"] is None:
         lines.append("restart          no lost_minutes given: the system's restart time is kept")
     else:
-        lines.append(f"restart          {fit['restart_minutes']:.3g} minutes (mean lost_minutes of the interruptions; "
-                     f"was {goodput.restart_s_of(cluster) / 60:.3g})")
+        lines.append(f"restart          {fit['restart_minutes']:.3g} minutes, the mean lost_minutes (was "
+                     f"{goodput.restart_s_of(cluster) / 60:.3g})")
     data: dict[str, Any] = {"base": base_name}
     if doc is not None:
         data.update({k: v for k, v in doc.items() if k not in ("base", "name")})
