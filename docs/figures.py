@@ -292,6 +292,44 @@ def _examples_figures() -> dict[str, Callable[[], str]]:
 FIGURES.update(_examples_figures())
 
 
+@functools.lru_cache(maxsize=None)
+def _goodput() -> dict:
+    """README question 7: bench/goodput.py's figures (issue 25), computed once."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_goodput", ROOT / "bench" / "goodput.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    f = dict(mod.measure())
+    f["first_order_65k"] = mod.first_order(f["e65"])
+    return f
+
+
+def _goodput_figures() -> dict[str, Callable[[], str]]:
+    g = lambda key: _goodput()[key]  # noqa: E731
+    out: dict[str, Callable[[], str]] = {
+        "goodput.llama3": lambda: f"{g('llama3').goodput:.3f}",
+        "goodput.llama3-steps": lambda: str(g("llama3").checkpoint_interval_steps),
+        "goodput.llama3-interval": lambda: f"{g('llama3').checkpoint_interval_s:.0f}",
+        "goodput.sync-16k": lambda: f"{g('sync')[16_384].goodput:.3f}",
+        "goodput.mtbf-65k": lambda: f"{g('e65').recovery.mtbf_h:.2f}",
+        "goodput.65k": lambda: f"{g('e65').goodput:.3f}",
+        "goodput.first-order-65k": lambda: f"{g('first_order_65k'):.3f}",
+        "goodput.deadline": lambda: f"{g('deadline'):g}",
+        "goodput.blind-gpus": lambda: gpus(g("off_d").recommended.plan.num_gpus),
+        "goodput.blind-days": lambda: f"{g('off_d').recommended.run.days:.2f}",
+        "goodput.blind-priced-days": lambda: f"{g('blind_priced').run.days:.2f}",
+        "goodput.pick-gpus": lambda: gpus(g("on_d").recommended.plan.num_gpus),
+        "goodput.pick-days": lambda: f"{g('on_d').recommended.run.days:.2f}",
+    }
+    for n in (2048, 8192, 32_768, 65_536):
+        out[f"goodput.async-{n}"] = lambda n=n: f"{g('async')[n].goodput:.3f}"
+    return out
+
+
+FIGURES.update(_goodput_figures())
+
+
 def process(path: Path, check: bool) -> list[str]:
     """The stale figures of ``path`` ('file: name: shown -> value'); rewritten unless ``check``."""
     text = path.read_text(encoding="utf-8")
