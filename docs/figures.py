@@ -286,9 +286,51 @@ def _examples_figures() -> dict[str, Callable[[], str]]:
     f["first.cheapest.pp"] = lambda: first_cheapest()["pp"]
     f["first.cheapest.stages"] = lambda: first_cheapest()["pp"].split(":")[0]
     f["first.cheapest.ends"] = lambda: first_cheapest()["pp"].split(":")[1]
+    # question 2: how time and cost change as the GPU count grows (the --all front on eight H100 counts)
+    grow = lambda: _front_rows(GROWTH)  # noqa: E731
+    n = lambda r: int(r["GPUs"].replace(",", ""))  # noqa: E731
+    pick2 = lambda: next(r for r in grow() if r["notes"].startswith("*"))  # noqa: E731
+    cheap2 = lambda: next(r for r in grow() if "cheapest" in r["notes"])  # noqa: E731
+
+    def doublings_upto_pick():
+        rows = [r for r in grow() if n(cheap2()) <= n(r) <= n(pick2())]
+        return [(_money_k(b["$"]) / _money_k(a["$"]) - 1) for a, b in zip(rows, rows[1:])]
+
+    def after(k: int):
+        """The k-th count past the pick: its speed-up over the one before and its extra cost."""
+        rows = sorted(grow(), key=n)
+        i = rows.index(pick2()) + k
+        a, b = rows[i - 1], rows[i]
+        return float(a["days"]) / float(b["days"]), _money_k(b["$"]) / _money_k(a["$"]) - 1, b
+
+    f["growth.more-money"] = lambda: (lambda xs: f"{100 * min(xs):.0f}-{100 * max(xs):.0f}")(doublings_upto_pick())
+    f["growth.pick.gpus"] = lambda: pick2()["GPUs"]
+    f["growth.pick.days"] = lambda: pick2()["days"]
+    f["growth.pick.cost"] = lambda: "$" + pick2()["$"]
+    f["growth.cheapest.days"] = lambda: cheap2()["days"]
+    f["growth.cheapest.cost"] = lambda: "$" + cheap2()["$"]
+    f["growth.cheapest.gpus"] = lambda: cheap2()["GPUs"]
+    for k in (1, 2, 3):
+        f[f"growth.after{k}.gpus"] = lambda k=k: after(k)[2]["GPUs"]
+        f[f"growth.after{k}.speedup"] = lambda k=k: f"{after(k)[0]:.2f}x"
+        f[f"growth.after{k}.more"] = lambda k=k: f"+{100 * after(k)[1]:.0f}"
+    f["growth.after1.eff"] = lambda: after(1)[2]["eff"].rstrip("%")
+    f["growth.after3.cost"] = lambda: "$" + after(3)[2]["$"]
+    f["growth.after3.days"] = lambda: after(3)[2]["days"]
     return f
 
 
+@functools.lru_cache(maxsize=None)
+def _bubble_16k():
+    """plan-estimate --model gpt3-175b --gpu h100-sxm --gpus 16384 --tp 8 --pp 32 --recompute none (question 2)."""
+    import plan_search
+
+    return plan_search.estimate("gpt3-175b", "h100-sxm", num_gpus=16384, tp=8, pp=32, recompute="none")
+
+
+FIGURES["growth.16k.bubble"] = lambda: f"{_bubble_16k().time.bubble_s:.2f}"
+FIGURES["growth.16k.step"] = lambda: f"{_bubble_16k().step_time_s:.2f}"
+GROWTH = "plan-search --model gpt3-175b --gpu h100-sxm --gpus 128,256,512,1024,2048,4096,8192,16384 --all"
 FIGURES.update(_examples_figures())
 
 

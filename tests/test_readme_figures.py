@@ -111,7 +111,8 @@ def test_prose_figures_are_computed_and_current():
     # sentences that quote an example's output read it from that block (question 1's minimums and question 6's
     # GPU types had drifted: 'tp4 pp6' for a tp8 pp3 H200 plan, $545k for $512k ...)
     assert {"fewest-175b.h200.layout", "fewest-1t.h200.recompute", "types.cheapest.cost", "types.h200.more",
-            "deadline4.up-more", "first.cheapest.pp"} <= names, sorted(names)
+            "deadline4.up-more", "first.cheapest.pp", "growth.pick.cost", "growth.after3.more",
+            "growth.16k.bubble"} <= names, sorted(names)
     assert all(f"why.{m}.{c}" in names for m in ("gpt3", "llama8b", "llama70b")
                for c in ("cheapest", "e9", "e8", "e7", "fastest"))
 
