@@ -151,6 +151,8 @@ def _plural(n: int, word: str) -> str:
 
 def _plan_line(p, num_layers: int | None = None) -> str:
     rc = p.recompute + (f" on {p.recompute_layers} layers/stage" if p.recompute_layers is not None else "")
+    rc += f"({p.recompute_modules})" if p.recompute_modules else ""  # Megatron's --recompute-modules (issue 29)
+    rc += f" offload({p.offload_modules})" if p.offload_modules else ""
     split = ""
     ends = _ends(p, num_layers)
     if ends is not None:

@@ -98,3 +98,26 @@ def test_fine_grained_offload_moves_the_named_inputs_off_the_gpu():
     assert "torchtitan-offload-modules" in [v.rule.id for v in F.check(
         "torchtitan", Plan(num_gpus=8, micro_batch=1, global_batch=8, seq_len=8192, zero=3, offload_modules="core_attn"),
         get_model("llama3.1-8b"))]
+
+
+def test_plan_estimate_takes_the_module_sets_end_to_end():
+    from click.testing import CliRunner
+
+    from plan_search.cli.estimate import main
+
+    args = ["--model", "qwen3-235b-a22b", "--gpu", "h100-sxm", "--gpus", "256", "--tp", "4", "--pp", "8", "--vpp", "4",
+            "--ep", "8", "--micro-batch", "1", "--global-batch", "256", "--seq-len", "16384", "--recompute", "selective",
+            "--first-stage-layers", "11", "--last-stage-layers", "11", "--format", "json"]
+    import json
+
+    runs = {}
+    for mods in ("moe_act+layernorm", "layernorm, moe"):
+        r = CliRunner().invoke(main, args + ["--recompute-modules", mods])
+        assert r.exit_code in (0, 3), r.output  # 3: infeasible (the default set does not fit), still priced
+        runs[mods] = json.loads(r.stdout)
+    assert runs["layernorm, moe"]["plan"]["recompute_modules"] == "moe+layernorm"
+    peak = {k: v["memory"]["peak_gib"] for k, v in runs.items()}
+    assert peak["moe_act+layernorm"] > 79.65 > peak["layernorm, moe"]  # the run that ran fits with its own set
+    assert not runs["moe_act+layernorm"]["feasible"] and runs["layernorm, moe"]["feasible"]
+    bad = CliRunner().invoke(main, args[:-2] + ["--recompute-modules", "moe+bogus"])
+    assert bad.exit_code == 2 and "--recompute-modules" in bad.output and "moe+bogus" in bad.output
