@@ -24,7 +24,8 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from plan_search.models.io import InputError, NoBoolNumbers, short_repr, validation_message
+from plan_search.models.io import DuplicateKeyError, InputError, NoBoolNumbers, _pairs_once, short_repr, \
+    validation_message
 from plan_search.planner.costmodel.memory import DEFAULT_MEMORY_HEADROOM
 from plan_search.planner.serve.limits import Limits
 
@@ -71,7 +72,9 @@ def parse_json_object(raw: bytes, limits: Limits) -> dict:
     if len(raw) > limits.max_body_bytes:
         raise BadRequest(413, f"body: {len(raw):,} bytes; at most {limits.max_body_bytes:,}", "body", "too-large")
     try:
-        doc = json.loads(raw.decode("utf-8-sig"), parse_constant=_no_constant)
+        doc = json.loads(raw.decode("utf-8-sig"), parse_constant=_no_constant, object_pairs_hook=_pairs_once)
+    except DuplicateKeyError as exc:  # plan-search --request refuses it too (models.io.parse_document)
+        raise BadRequest(400, f"body: {exc}", "body") from None
     except UnicodeDecodeError:
         raise BadRequest(400, "body: not UTF-8 text; send the request as JSON", "body") from None
     except RecursionError:
