@@ -36,3 +36,14 @@ def test_a_key_given_twice_is_refused_as_plan_search_request_refuses_it(client, 
     body = r.json()
     assert body["field"] == "body"
     assert f"key '{key}' is given twice" in body["message"] and "\n" not in body["message"]
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf")])
+def test_an_infinite_degree_is_named(value):
+    """JSON's 1e400 reads as inf: POST /v1/estimate answered 'cannot convert float infinity to
+    integer' with no field (Plan's dp fill converted it before pydantic saw it)."""
+    from plan_search import estimate
+    from plan_search.models.io import InputError
+
+    with pytest.raises(InputError, match=r"^plan: tp: Input should be a valid integer \(got -?inf\)"):
+        estimate("llama3.1-8b", "h100", {"num_gpus": 8, "tp": value})

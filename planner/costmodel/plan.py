@@ -465,7 +465,7 @@ class Plan(NoBoolNumbers):
         if isinstance(data, dict) and data.get("dp") is None:
             try:
                 n, t, p, c = (int(data.get(k, 1)) for k in ("num_gpus", "tp", "pp", "cp"))
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):  # inf: pydantic names the field
                 return data
             if t > 0 and p > 0 and c > 0 and n % (t * p * c) == 0:
                 data = dict(data, dp=n // (t * p * c))
