@@ -447,7 +447,8 @@ def main(model_ref: str, gpu_ref: str, num_gpus: int, dp: int | None, global_bat
 
         from_file.run(from_path, model_ref=model_ref, gpu_ref=gpu_ref, num_gpus=num_gpus, launch=launch, sets=sets,
                       memory_headroom=memory_headroom, tokens=tokens, checkpoint_interval_h=checkpoint_interval_h,
-                      fmt=fmt, improve=improve, output=output, gpus_move=improve_gpus, seq_len=seq_len)
+                      fmt=fmt, improve=improve, output=output, gpus_move=improve_gpus, seq_len=seq_len,
+                      format_table=format_table)
         return
     for opt, v in (("--launch", launch), ("--improve", improve or None), ("--improve-gpus", improve_gpus),
                    ("-o/--output", output)):

@@ -71,7 +71,7 @@ def estimate_from(path, *, gpu: str | None = None, model=None, gpus: int | None 
     defaulted account of the file) and the :class:`Estimate` of the plan as the file's framework runs it.
     ``gpu`` when the file does not name the GPU type; ``model`` (a name, file or ModelSpec) when it does not define
     the model; ``gpus`` to give or override the GPU count."""
-    from plan_search.cli.from_file import read_and_price
+    from plan_search.planner.frameworks.read.price import read_and_price
 
     r, _plan, _cluster, est = read_and_price(str(path), model_ref=model, gpu_ref=gpu, num_gpus=gpus, launch=launch,
                                              sets=sets, memory_headroom=memory_headroom, tokens=tokens,

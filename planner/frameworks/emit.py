@@ -757,9 +757,9 @@ def _toml_value(v) -> str:
 
 
 def torchtitan_flavor(m: ModelSpec) -> tuple[str, str] | None:
-    """The torchtitan ``[model] name, flavor`` that builds ``m`` (read/torchtitan.py's FLAVORS, the one table of
+    """The torchtitan ``[model] name, flavor`` that builds ``m`` (torchtitan_flavors.py's FLAVORS, the one table of
     the reader and this writer), or None when torchtitan v0.2.2 has no flavor of it."""
-    from plan_search.planner.frameworks.read.torchtitan import FLAVORS  # imports this module: here, not at the top
+    from plan_search.planner.frameworks.torchtitan_flavors import FLAVORS
 
     return next((key for key, target in FLAVORS.items() if target == m.name), None)
 

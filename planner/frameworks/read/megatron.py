@@ -22,7 +22,7 @@ from plan_search.models.io import InputError
 from plan_search.models.spec import ModelSpec
 from plan_search.planner.frameworks import emit as E
 from plan_search.planner.frameworks import rules as fw
-from plan_search.planner.frameworks.read import shell
+import plan_search.planner.frameworks.read.shell as shell
 from plan_search.planner.frameworks.read.report import Entry, LaunchRead
 
 VERSION = fw.VERSIONS["megatron"]
@@ -573,7 +573,7 @@ def read(text: str, path: str, *, model: ModelSpec | None = None, num_gpus: int 
     launch_line = None
     entries_notes: list[Entry] = [Entry(w, ln, "not evaluated") for ln, w in script.notes]
     if hit is None:
-        from plan_search.planner.frameworks.read import modelzoo
+        import plan_search.planner.frameworks.read.modelzoo as modelzoo
 
         zoo = [(c, modelzoo.is_modelzoo(c)) for c in script.commands if modelzoo.is_modelzoo(c) is not None]
         if zoo:

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 from plan_search.models.io import InputError
-from plan_search.planner.frameworks.read import shell
+import plan_search.planner.frameworks.read.shell as shell
 
 SOURCE = "yanring/Megatron-MoE-ModelZoo@e8650517 sbatch_benchmarking.sh, runtime_configs/benchmarking/runtime.conf"
 _TABLE = ("TP", "PP", "EP", "CP", "VPP", "MBS", "GBS", "NUM_LAYERS", "MOE_TOKEN_DISPATCHER", "MOE_GROUPED_GEMM",

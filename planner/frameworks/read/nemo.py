@@ -126,7 +126,7 @@ def parse(text: str, path: str) -> tuple[dict, dict[str, int]]:
                     break
         return flat, lines
     out: dict = {}
-    from plan_search.planner.frameworks.read import shell
+    import plan_search.planner.frameworks.read.shell as shell
 
     script = shell.run(text)
     for cmd in script.commands:
