@@ -443,6 +443,11 @@ def main(model_ref: str, gpu_ref: str, num_gpus: int, dp: int | None, global_bat
         if given:
             raise InputError(f"from: the plan is the file's; leave out {', '.join(given)} (use --improve to search "
                              "around it)")
+        recovery = [o for o, v in (("--failure-rate", failure_rate), ("--restart-minutes", restart_minutes),
+                                   ("--no-async-checkpoint", None if async_checkpoint else True)) if v is not None]
+        if recovery:  # priced at the cluster's (or the defaults') failure rate, restart and saving
+            raise InputError(f"from: {', '.join(recovery)} is not read with --from yet; set the cluster file's "
+                             "failures_per_1000_gpu_days / restart_minutes instead")
         from plan_search.cli import from_file
 
         from_file.run(from_path, model_ref=model_ref, gpu_ref=gpu_ref, num_gpus=num_gpus, launch=launch, sets=sets,

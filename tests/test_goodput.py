@@ -281,3 +281,11 @@ def test_sweeps_and_allocation_take_the_recovery_fields():
     job = Job(name="a", model="gpt3-175b", tokens=300e9,
               search={"failure_rate": 0.5, "restart_minutes": 20, "async_checkpoint": False})
     assert job.search["failure_rate"] == 0.5
+
+
+def test_recovery_options_with_from_are_refused_in_one_line(tmp_path):
+    f = tmp_path / "run.sh"
+    f.write_text("--tensor-model-parallel-size 8\n")
+    res = invoke(estimate_main, ["--from", str(f), "--model", "llama3.1-70b", "--gpu", "h100", "--gpus", "64",
+                                 "--failure-rate", "1"])
+    assert res.exit_code == 2 and "--failure-rate" in one_stderr_line(res)
