@@ -80,10 +80,15 @@ def cp_layer_comm(model: ModelSpec, cluster: ClusterSpec, x: PlanArrays, tokens,
 
 def a2a_heads_problem(num_heads: int, num_kv_heads: int, tp: int, cp: int) -> str | None:
     """Why Ulysses (a2a) cannot split this attention over ``cp`` ranks, or None: the query heads of a
-    tensor-parallel rank must divide by cp (Transformer Engine's a2a asserts it)."""
+    tensor-parallel rank must divide by cp, and so must its key/value heads (Transformer Engine's a2a
+    asserts both: ``q.shape[-2] % cp_size == 0 and k.shape[-2] % cp_size == 0``)."""
     if cp <= 1:
         return None
     q = num_heads // tp
     if q % cp:
         return f"cp_comm_type a2a with {q} query heads per tensor-parallel rank (num_heads {num_heads} / tp {tp}), cp {cp}"
+    kv = max(1, num_kv_heads // tp)
+    if kv % cp:
+        return (f"cp_comm_type a2a with {kv} key/value heads per tensor-parallel rank (num_kv_heads {num_kv_heads} / "
+                f"tp {tp}), cp {cp}")
     return None

@@ -929,7 +929,7 @@ def _cp_comm_rule(fw: str) -> Rule:
         return None
 
     text = text or ("context parallelism exchanges by ring (p2p), all-gather or all-to-all (a2a, Ulysses: the "
-                    "query heads of a tensor-parallel rank divide by cp)")
+                    "query heads and the key/value heads of a tensor-parallel rank divide by cp)")
     return Rule(f"{fw}-cp-comm-type", fw, text, source, test)
 
 

@@ -1,0 +1,25 @@
+"""Adversarial uses of today's plan knobs (--optimizer muon, --cp-comm-type, deepseek-v3.2, MI350X/MI355X),
+kept as tests: each was a plan a framework cannot run, shown with exit 0."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from plan_search.cli.estimate import main as estimate
+
+
+def test_ulysses_needs_the_key_value_heads_to_divide_by_cp_too():
+    """Llama-3.1-8B: 32 query heads, 8 K/V heads. Ulysses over cp 16 splits the query heads (2 each)
+    but not the K/V heads: Transformer Engine's a2a asserts ``k.shape[-2] % cp_size == 0``. It was
+    priced and shown under --framework megatron (exit 0)."""
+    base = ["--model", "llama3.1-8b", "--gpu", "h100", "--cp-comm-type", "a2a", "--framework", "megatron"]
+    r = CliRunner().invoke(estimate, base + ["--gpus", "16", "--cp", "16"])
+    assert r.exit_code == 2, r.output
+    assert "megatron-cp-comm-type" in r.stderr and "8 key/value heads per tensor-parallel rank" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    # tp 2 leaves 4 K/V heads a rank: cp 8 cannot split them, cp 4 can
+    r = CliRunner().invoke(estimate, base + ["--gpus", "16", "--tp", "2", "--cp", "8"])
+    assert r.exit_code == 2 and "4 key/value heads" in r.stderr, r.output
+    r = CliRunner().invoke(estimate, base + ["--gpus", "8", "--tp", "2", "--cp", "4", "--seq-len", "32768",
+                                             "--global-batch", "64"])
+    assert r.exit_code in (0, 3), r.output
