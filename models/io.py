@@ -481,7 +481,7 @@ def _pairs_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-class _OnceLoader(yaml.SafeLoader):
+class _OnceSafeLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing a key given twice in one mapping (a ``<<`` merge may still be
     overridden by the mapping's own keys, as YAML's merge keys mean)."""
 
@@ -501,7 +501,7 @@ class _OnceLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-_OnceLoader.add_constructor("tag:yaml.org,2002:map", _OnceLoader.construct_yaml_map)
+_OnceSafeLoader.add_constructor("tag:yaml.org,2002:map", _OnceSafeLoader.construct_yaml_map)
 
 
 def _safe_load(text: str, fast: bool = False):
@@ -511,7 +511,7 @@ def _safe_load(text: str, fast: bool = False):
     error texts."""
     if fast and getattr(yaml, "CSafeLoader", None) is not None:
         return yaml.load(text, Loader=yaml.CSafeLoader)
-    return yaml.load(text, Loader=_OnceLoader)
+    return yaml.load(text, Loader=_OnceSafeLoader)
 
 
 def parse_document(text: str, what: str = "document", fast: bool = False) -> dict[str, Any]:
