@@ -3,6 +3,7 @@ kept as tests: each was a plan a framework cannot run, shown with exit 0."""
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from plan_search.cli.estimate import main as estimate
@@ -23,3 +24,24 @@ def test_ulysses_needs_the_key_value_heads_to_divide_by_cp_too():
     r = CliRunner().invoke(estimate, base + ["--gpus", "8", "--tp", "2", "--cp", "4", "--seq-len", "32768",
                                              "--global-batch", "64"])
     assert r.exit_code in (0, 3), r.output
+
+
+def test_a_checkpoint_interval_shorter_than_a_step_is_one_step():
+    """checkpoint_interval_h 1e-300 (POST /v1/search, --checkpoint-interval): a save every 1e-300 h was
+    priced (Llama-3.1-8B on 16 H100: 1.9e295 days, $2.2e298, HTTP 200) while the launch settings it
+    printed save every step (--save-interval 1). A save comes at a step's end: the interval is one step."""
+    from plan_search import estimate, search
+
+    plan = {"num_gpus": 16, "zero": 3}
+    tiny = estimate("llama3.1-8b", "h100", plan, checkpoint_interval_h=1e-300, tokens=1e9)
+    step = tiny.step_time_s
+    one = estimate("llama3.1-8b", "h100", plan, checkpoint_interval_h=step / 3600.0, tokens=1e9)
+    assert tiny.checkpoint_interval_steps == one.checkpoint_interval_steps == 1
+    assert tiny.checkpoint_interval_s == pytest.approx(step)
+    assert tiny.goodput == pytest.approx(one.goodput) and 0.9 < tiny.goodput <= 1.0
+    assert tiny.run.days == pytest.approx(one.run.days)
+    res = search({"model": "llama3.1-8b", "gpu": ["h100"], "gpus": [16], "tokens": "1B", "time_limit_s": 60,
+                  "checkpoint_interval_h": 1e-300})
+    rec = res.recommended
+    assert rec.checkpoint_interval_steps == 1 and rec.run.days < 1.0, (rec.run.days, rec.checkpoint_interval_steps)
+    assert all(p.days < 1.0 for p in res.front)

@@ -264,7 +264,9 @@ def run_goodput(*, num_gpus, step_s, ckpt_bytes: float, storage_write_gbps: floa
     if checkpoint_interval_h is None and failures_per_1000_gpu_days <= 0:  # no optimum without failures
         checkpoint_interval_h = NO_FAILURE_INTERVAL_S / 3600.0
     if checkpoint_interval_h is not None:
-        tau = np.full(n.shape, checkpoint_interval_h * 3600.0)
+        # a save happens at a step's end: an interval shorter than a step is one step (what the launch
+        # settings, every steps_iv steps, run)
+        tau = np.maximum(np.full(n.shape, checkpoint_interval_h * 3600.0), step_s)
         steps_iv = np.maximum(1.0, np.round(tau / step_s))
         g = goodput_of(tau, save, r_total, mtbf)
     else:
