@@ -52,8 +52,10 @@ def test_killed_overwrite_keeps_the_previous_table_then_a_full_run_replaces_it(t
                                        "--workers", "1"])
     assert r.exit_code == 0, r.output
     said = " ".join(r.output.split())
-    assert said.startswith(f"wrote {out}: 396 rows, 6 of 6 scenarios (6 feasible") and "ran 6, resumed 0" in said
     df = pd.read_csv(out)
+    # the row count is the fronts' size, which moves with the cost model (396 before issues 23/25): it is
+    # checked against the table written, not pinned
+    assert said.startswith(f"wrote {out}: {len(df)} rows, 6 of 6 scenarios (6 feasible") and "ran 6, resumed 0" in said
     new_keys = {s.key for s in load_sweep(tmp_path / "new.yaml").scenarios}
     assert set(df["scenario_key"]) == new_keys and sorted(df["tokens"].unique()) == [f"{i}00B" for i in range(1, 7)]
     assert sorted(os.listdir(tmp_path)) == files
