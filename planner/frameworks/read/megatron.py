@@ -762,7 +762,16 @@ _MODEL_FLAGS = {"--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-att
                 "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--moe-router-score-function",
                 "--moe-router-enable-expert-bias", "--moe-router-num-groups", "--moe-router-group-topk",
                 "--moe-expert-capacity-factor", "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank",
-                "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--mtp-num-layers", "--qk-layernorm"}
+                "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--mtp-num-layers", "--qk-layernorm",
+                # issue 23's architecture flags (emit.megatron_model_args)
+                "--rotary-base", "--rotary-percent", "--norm-epsilon", "--apply-layernorm-1p", "--qk-l2-norm",
+                "--softmax-type", "--window-size", "--window-attn-skip-freq", "--activation-func-clamp-value",
+                "--glu-linear-offset", "--use-rope-scaling", "--rope-scaling-factor", "--rotary-scaling-factor",
+                "--mscale", "--mscale-all-dim", "--yarn-original-max-position-embeddings", "--yarn-beta-fast",
+                "--yarn-beta-slow", "--no-yarn-correction-range-round-to-int", "--no-rope-freq",
+                "--moe-router-pre-softmax", "--moe-router-topk-scaling-factor", "--make-vocab-size-divisible-by",
+                "--experimental-attention-variant", "--dsa-indexer-n-heads", "--dsa-indexer-head-dim",
+                "--dsa-indexer-topk"}
 
 #: The plan flags whose absence means Megatron-LM's default (arguments.py at the kept commit).
 _PLAN_DEFAULTS = (("--tensor-model-parallel-size", 1, "tp"), ("--pipeline-model-parallel-size", 1, "pp"),
