@@ -7,6 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from plan_search.cli.estimate import main as estimate
+from plan_search.cli.estimate import main as estimate_cli
 
 
 def test_ulysses_needs_the_key_value_heads_to_divide_by_cp_too():
@@ -45,3 +46,20 @@ def test_a_checkpoint_interval_shorter_than_a_step_is_one_step():
     rec = res.recommended
     assert rec.checkpoint_interval_steps == 1 and rec.run.days < 1.0, (rec.run.days, rec.checkpoint_interval_steps)
     assert all(p.days < 1.0 for p in res.front)
+
+
+def test_a_run_that_never_finishes_is_not_feasible():
+    """failure_rate 1e6 per 1,000 GPU-days and restart_minutes 1e6 (both within their bounds): a failure
+    every 5.4 s against a restart of 1.9 years; goodput 0. plan-estimate printed 'inf days' with exit 0,
+    POST /v1/estimate answered 200 with days null. Now infeasible (exit 3, 409), the reason naming the field."""
+    from plan_search import estimate
+
+    e = estimate("llama3.1-8b", "h100", {"num_gpus": 16, "zero": 3}, failure_rate=1e6, restart_minutes=1e6,
+                 tokens=1e9)
+    assert e.goodput == 0.0 and not e.feasible
+    assert any(r.startswith("failure_rate: a failure every 5.4 s on 16 GPUs") for r in e.reasons), e.reasons
+    r = CliRunner().invoke(estimate_cli, ["--model", "llama3.1-8b", "--gpu", "h100", "--gpus", "16", "--zero", "3",
+                                          "--failure-rate", "1e6", "--restart-minutes", "1e6", "--tokens", "1B"])
+    assert r.exit_code == 3 and "the run never finishes" in r.output, r.output
+    # a realistic rate stays feasible
+    assert estimate("llama3.1-8b", "h100", {"num_gpus": 16, "zero": 3}, tokens=1e9).feasible

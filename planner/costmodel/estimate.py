@@ -425,6 +425,12 @@ def pack(m: ModelSpec, c: ClusterSpec, p: Plan, r: dict, i: int, tokens: float |
         )
     if not bool(r["data_loading_ok"][i]):
         reasons.append("storage: reading the batch takes longer than the step; data loading stalls")
+    if not g(r["goodput"]) > 0:  # failures come faster than a restart recovers: the run never finishes
+        feasible = False
+        reasons.append(
+            f"failure_rate: a failure every {g(r['mtbf_s']):.3g} s on {p.num_gpus:,} GPUs against a restart and "
+            f"restore of {g(r['restart_s']) + g(r['restore_s']):.3g} s: the run never finishes (goodput 0); "
+            "lower failure_rate or restart_minutes")
     run = None
     if tokens:
         run = RunEstimate(
