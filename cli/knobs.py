@@ -70,6 +70,23 @@ def _default_text(spec) -> str:
     return str(spec.default)
 
 
+#: Knobs a search spans over every value the model, GPU and framework allow unless the option is given.
+SEARCH_SPANNED = ("tp", "pp", "ep", "etp", "cp", "vpp", "micro_batch", "zero", "recompute", "recompute_layers")
+#: Knobs a search spans over what each framework's current recipes use on the GPU unless the option is given
+#: (planner.frameworks.recipes.RECIPE_KNOBS; kept here as names so the command's start-up imports nothing more).
+SEARCH_RECIPES = ("moe_dispatcher", "moe_grouped_gemm", "moe_overlap", "pp_schedule", "overlap_tp_comm",
+                  "fp8_attention")
+
+
+def _search_default_text(spec) -> str:
+    """plan-search's ``[default: ...]``: what the search does when the option is not given."""
+    if spec.name in SEARCH_SPANNED:
+        return "searched: every value the model, GPU and framework allow"
+    if spec.name in SEARCH_RECIPES:
+        return "searched: the values each framework's current recipes use on the GPU"
+    return f"{_default_text(spec)}, or the framework's own"
+
+
 def _seen(ctx, param, value):
     """Record the order in which boolean knob options were given (the last given wins, as with
     click's own ``--x/--no-x`` pairs)."""
@@ -82,6 +99,8 @@ def knob_options(multi: bool):
     """A decorator adding one option per plan knob (two for a boolean: ``--x [on|off]`` and
     ``--no-x``). ``multi``: values may be sets (plan-search)."""
 
+    default = _search_default_text if multi else _default_text
+
     def deco(f):
         for spec in reversed(_specs()):
             opt = spec.option
@@ -92,7 +111,7 @@ def knob_options(multi: bool):
                                  callback=_seen, help=f"the same as {opt} off")(f)
                 f = click.option(opt, f"knob__{spec.name}", is_flag=False, flag_value="on", default=None,
                                  metavar=f"[{vals}]", callback=_seen,
-                                 help=f"{what} [default: {_default_text(spec)}]")(f)
+                                 help=f"{what} [default: {default(spec)}]")(f)
             else:
                 if spec.kind == "choice":
                     metavar = "|".join(map(str, spec.choices)) if not multi else ",".join(map(str, spec.choices[:3])) + ("" if len(spec.choices) <= 3 else ",...")
@@ -101,7 +120,7 @@ def knob_options(multi: bool):
                 else:
                     metavar = "X[,X]" if multi else "X"
                 f = click.option(opt, f"knob__{spec.name}", default=None, metavar=metavar,
-                                 help=f"{what} [default: {_default_text(spec)}]")(f)
+                                 help=f"{what} [default: {default(spec)}]")(f)
         for alias, (knob, _value) in ALIASES.items():
             f = click.option(f"--{alias}", f"knob_alias__{alias.replace('-', '_')}", is_flag=True, default=False,
                              hidden=True, callback=_seen)(f)

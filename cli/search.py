@@ -172,6 +172,8 @@ def _plan_line(p, num_layers: int | None = None) -> str:
 
 #: Names of the landmarks in the table's last column (SearchResult.landmarks).
 MARK_NAMES = {"fewest-gpus": "fewest GPUs", "cheapest": "cheapest", "balanced": "balanced", "fastest": "fastest"}
+#: The front table's short names of the frameworks (column fw).
+FW_SHORT = {"megatron": "mlm", "nemo": "nemo", "torchtitan": "titan", "deepspeed": "ds"}
 #: Rows of the short front: the landmarks, topped up with points spread over the GPU counts.
 SHORT_ROWS = 7
 
@@ -225,13 +227,20 @@ def _front_table(res, shown: list[int]) -> list[str]:
             tags[i] = [f"beaten by {min(q.num_gpus for q in better):,}"]
     cols = [("GPUs", lambda fp: f"{fp.num_gpus:,}" if fp.num_gpus < 100_000 else str(fp.num_gpus))]
     if multi:
-        cols.append(("system", lambda fp: fp.gpu))
+        cols.append(("system", lambda fp: fp.gpu + ("" if fp.fitted else "~")))
     layers = _num_layers(res)
     cols += [("tp", lambda fp: str(fp.plan.tp)), ("pp", lambda fp: _pp(fp.plan, layers)),
              ("dp", lambda fp: str(fp.plan.dp)),
              ("cp", lambda fp: str(fp.plan.cp)), ("v", lambda fp: str(fp.plan.vpp)),
              ("mb", lambda fp: str(fp.plan.micro_batch)), ("z", lambda fp: str(fp.plan.zero)),
              ("rc", lambda fp: _rc(fp.plan))]
+    if res.inputs.moe or any(fp.plan.ep > 1 for fp in front):  # a MoE front: its expert layout
+        cols.insert(4, ("ep", lambda fp: str(fp.plan.ep)))
+        if any(fp.plan.etp != 1 for fp in front):
+            cols.insert(5, ("etp", lambda fp: str(fp.plan.etp)))
+    fws = {tuple(front[i].framework) for i in shown}
+    if len(fws) > 1:  # points of several frameworks: who runs each (one framework for all: said in the legend)
+        cols.append(("fw", lambda fp: "/".join(FW_SHORT.get(f, f) for f in fp.framework) or "none"))
     if len(gbs) > 1 or res.request.global_batch_tolerance:
         cols.append(("gb", lambda fp: str(fp.plan.global_batch)))
     cols += [("step s", lambda fp: f"{fp.step_time_s:.2f}" if fp.step_time_s < 100 else f"{fp.step_time_s:.0f}"),
@@ -242,7 +251,7 @@ def _front_table(res, shown: list[int]) -> list[str]:
     head = [h for h, _ in cols]
     # drop the least telling columns until the row and its tag fit in WIDTH
     tag_w = max([len(", ".join(tags.get(i, []))) + 2 for i in shown] + [0])
-    for drop in ("step s", "mb", "GiB", "v"):
+    for drop in ("step s", "mb", "GiB", "v", "eff"):
         widths = column_widths(head, rows)
         if sum(widths) + len(widths) - 1 + tag_w <= WIDTH:
             break
@@ -275,6 +284,17 @@ def _front_table(res, shown: list[int]) -> list[str]:
         legend += "; beaten by N: N GPUs are both faster and cheaper (the point is here for using fewer)"
     legend += ("; eff: scaling efficiency, GPU-hours of the cheapest plan of the GPU type"
                + (f" ({ref[0].num_gpus:,} GPUs)" if len(ref) == 1 else "") + " / the plan's; *: recommended")
+    unfit = [fp for fp in front if not fp.fitted]
+    if unfit:
+        legend += (f"; {'~: ' if multi else ''}{', '.join(dict.fromkeys(fp.gpu for fp in unfit))} has no fitted "
+                   f"efficiency terms (priors): its figures +-{100 * unfit[0].band:.0f}%")
+    if len(fws) > 1:
+        legend += "; fw: the frameworks that run the plan as it is (" + ", ".join(
+            f"{s}: {f}" for f, s in FW_SHORT.items() if any(f in fw for fw in fws)) + ")"
+    elif fws:
+        only = next(iter(fws))
+        legend += ("; every point runs under " + " and ".join(only) if only else
+                   "; framework: none (a framework-free what-if)")
     return out + _wrap(legend, first="")
 
 
@@ -452,11 +472,18 @@ def format_csv(res) -> str:
               help="output format [default: table; json for a --request file, or the request's format]")
 @click.option("--schema", type=click.Choice(["request", "result"]), default=None,
               help="print the JSON Schema of the request or the result and exit")
-@click.option("--framework", type=click.Choice(["megatron", "deepspeed", "torchtitan", "nemo"], case_sensitive=False),
+@click.option("--framework", type=click.Choice(["megatron", "deepspeed", "torchtitan", "nemo", "none"],
+                                               case_sensitive=False),
               default=None,
-              help="only plans this framework can run (planner/frameworks/rules.py)")
+              help="only plans this framework can run (planner/frameworks/rules.py); none: a framework-free what-if "
+                   "(the knobs as given, no framework's rules) [default: every framework searched, each point "
+                   "naming those that run it]")
+@click.option("--allow-unfitted", is_flag=True, default=False,
+              help="let a GPU type without fitted efficiency terms (priced on priors: plan-estimate's 'defaults (not "
+                   "fitted)') be recommended over a fitted one; its points are on the front, marked ~, either way")
 @click.option("--emit", is_flag=True, default=False,
-              help="with --framework: print the recommended plan's launch configuration (in JSON: 'launch')")
+              help="print the recommended plan's launch configuration for the framework that runs it (in JSON: "
+                   "'launch')")
 @click.option("--plot", "plot_file", default=None, type=click.Path(dir_okay=False),
               help="also draw the front (GPUs against days and dollars) to this .png/.svg/.pdf "
               "(pip install 'plan-search[plot]')")
@@ -467,7 +494,7 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
          allow_cross_node_tp, max_cp, max_vpp,
          max_micro_batch, objective, solver,
          time_limit, workers, seed, sets, fmt, schema, framework=None, emit=False, plot_file=None, min_efficiency=None, show_all=False,
-         **knob_args) -> None:
+         allow_unfitted=False, **knob_args) -> None:
     """Search parallel plans (tp, pp, dp, cp, vpp, micro-batch, ZeRO, recomputation, SP) and GPU
     counts for the Pareto front of GPU count, training days and dollars, under memory,
     communication, deadline, budget and power limits; recommend one plan.
@@ -542,8 +569,8 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
             data[key] = val
     if async_checkpoint is not None:
         data["async_checkpoint"] = async_checkpoint
-    if emit and not (framework or data.get("framework")):
-        raise click.UsageError("--emit needs --framework megatron|deepspeed|torchtitan|nemo")
+    if emit and (framework or data.get("framework") or "").lower() == "none":
+        raise click.UsageError("--emit needs a framework: a framework-free what-if (--framework none) runs on none")
     for key, val in (("objective", objective), ("solver", solver),
                      ("framework", framework)):
         if val is not None:
@@ -553,6 +580,8 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
         if key in data:  # a request file's top-level knob: the option replaces it
             data.pop(key)
     knobs.update(given)
+    if allow_unfitted:
+        data["allow_unfitted"] = True
     if allow_cross_node_tp:
         knobs["allow_cross_node_tp"] = True
     for key, val in (("max_cp", max_cp), ("max_vpp", max_vpp), ("max_micro_batch", max_micro_batch)):
@@ -589,8 +618,8 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
 
         rec = result.recommended
         ref = next((g for g in request.gpu if resolve_cluster(g, request.sets).name == rec.cluster), request.gpu[0])
-        launch = emit_config(request.framework, rec.plan, resolve_model(request.model),
-                             resolve_cluster(ref, request.sets))
+        launch_fw = result.recommended_framework[0] if result.recommended_framework else request.framework
+        launch = emit_config(launch_fw, rec.plan, resolve_model(request.model), resolve_cluster(ref, request.sets))
         from plan_search.planner.frameworks.emit import with_checkpointing
 
         launch = with_checkpointing(launch, rec.checkpoint_interval_steps, rec.recovery.async_checkpoint)
@@ -606,7 +635,7 @@ def main(model_ref, gpu_ref, request_file, gpus, max_gpus, min_gpus, max_nodes, 
     else:
         click.echo(format_table(result, show_all=show_all))
     if launch is not None and f != "json":
-        click.echo(f"\n{request.framework} launch configuration of the recommended plan:")
+        click.echo(f"\n{launch_fw} launch configuration of the recommended plan:")
         click.echo(launch.text)
         for n in launch.notes:
             click.echo(f"  note: {n}")

@@ -195,6 +195,7 @@ CLI_TO_REQUEST = {
     "restart_minutes": (["--restart-minutes", "25"], {"restart_minutes": 25.0}),
     "async_checkpoint": (["--no-async-checkpoint"], {"async_checkpoint": False}),
     "allow_cross_node_tp": (["--allow-cross-node-tp"], {"knobs": {"allow_cross_node_tp": True}}),
+    "allow_unfitted": (["--allow-unfitted"], {"allow_unfitted": True}),
     "max_cp": (["--max-cp", "4"], {"knobs": {"max_cp": 4}}),
     "max_vpp": (["--max-vpp", "2"], {"knobs": {"max_vpp": 2}}),
     "max_micro_batch": (["--max-micro-batch", "16"], {"knobs": {"max_micro_batch": 16}}),

@@ -58,12 +58,13 @@ def test_every_front_point_is_reproduced_by_its_estimate_command(req):
 
 def test_the_same_knob_has_the_same_default_everywhere():
     """plan-search with every knob left alone prices a plan exactly as plan-estimate does given the
-    plan's knobs: each is the Plan's default, or a value today's recipes set that the search spans
+    plan's knobs (framework-free: a framework's own defaults are its, tests/test_search_span.py): each is the
+    Plan's default, or a value today's recipes set that the search spans
     (issue 23: planner/frameworks/recipes.py; the front carries it), and nothing else (an earlier bug
     was overlap_tp_comm silently differing between the two commands)."""
     from plan_search.planner.search.space import RESOLVED_KNOBS
 
-    result = plan_search.search(model="gpt3", gpu="a100", gpus=[1024], objective="fastest")
+    result = plan_search.search(model="gpt3", gpu="a100", gpus=[1024], objective="fastest", framework="none")
     p = result.front[0].plan
     changed = [spec for spec in broadcast_knobs() if getattr(p, spec.name) != spec.default]
     assert {spec.name for spec in changed} <= set(RESOLVED_KNOBS) | {"pp_schedule"}, [s.name for s in changed]

@@ -124,7 +124,7 @@ def _limits(case: str) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def _run(case: str, solver: str, workers: int = 1) -> SearchResult:
-    return search(SearchRequest(**CASES[case], **_limits(case), solver=solver, workers=workers))
+    return search(SearchRequest(**CASES[case], **_limits(case), solver=solver, workers=workers, time_limit_s=120))
 
 
 def _front_key(res: SearchResult):
@@ -164,8 +164,9 @@ def test_every_objective_agrees_with_the_oracle(objective):
 def test_front_points_reproduce_plan_estimate(case):
     res = _run(case, "cpsat")
     req = res.request
-    for fp in res.front:
-        e = estimate(req.model, fp.gpu, fp.plan, memory_headroom=req.memory_headroom, tokens=req.tokens)
+    for fp in res.front:  # priced with the profile of the framework that runs it
+        e = estimate(req.model, fp.gpu, fp.plan, memory_headroom=req.memory_headroom, tokens=req.tokens,
+                     framework=fp.framework[0] if fp.framework else None)
         assert e.feasible
         for mine, theirs in ((fp.step_time_s, e.step_time_s), (fp.memory_gib, e.memory.peak_gib),
                              (fp.days, e.run.days), (fp.cost_usd, e.run.cost_usd),
@@ -173,7 +174,8 @@ def test_front_points_reproduce_plan_estimate(case):
             assert mine == pytest.approx(theirs, rel=1e-9)
         assert fp.bottleneck == e.bottleneck
     r = res.recommended
-    e = estimate(req.model, r.cluster, r.plan, memory_headroom=req.memory_headroom, tokens=req.tokens)
+    e = estimate(req.model, r.cluster, r.plan, memory_headroom=req.memory_headroom, tokens=req.tokens,
+                 framework=res.recommended_framework[0] if res.recommended_framework else None)
     assert r.step_time_s == pytest.approx(e.step_time_s, rel=1e-9)
     assert r.memory.peak_gib == pytest.approx(e.memory.peak_gib, rel=1e-9)
 
@@ -321,15 +323,19 @@ def test_default_gpu_range_doubles_until_it_stops_paying():
 def test_default_gpu_range_answers_as_its_counts_given_explicitly():
     """The default range's pieces are priced one doubling at a time and read as one space without
     joining their columns up front (candidates._JoinedArrays); the same counts given as a list are one
-    space joined up front: the same front (plans, figures, what binds), recommendation and counts."""
-    a = search(SearchRequest(model="gpt3-175b", gpu=["a100-80gb"]))
-    counts = a.inputs.gpu_counts["a100-80gb"]
-    assert len(counts) > 64  # several doublings, and more counts than the explicit list's pieces
-    b = search(SearchRequest(model="gpt3-175b", gpu=["a100-80gb"], gpus=counts))
-    assert a.front and [p.model_dump() for p in a.front] == [p.model_dump() for p in b.front]
-    assert a.recommended == b.recommended and a.recommended_index == b.recommended_index
-    assert (a.stats.candidates, a.stats.feasible, a.stats.memory_rejected) == \
-        (b.stats.candidates, b.stats.feasible, b.stats.memory_rejected)
+    space joined up front: the same front (plans, figures, what binds), recommendation and counts (every
+    candidate, framework-free); spanning the frameworks, the same front and recommendation (the plans their
+    rules keep may differ among candidates of equal run time: the stable order of the two spaces differs)."""
+    for fw in ("none", None):
+        a = search(SearchRequest(model="gpt3-175b", gpu=["a100-80gb"], framework=fw))
+        counts = a.inputs.gpu_counts["a100-80gb"]
+        assert len(counts) > 64  # several doublings, and more counts than the explicit list's pieces
+        b = search(SearchRequest(model="gpt3-175b", gpu=["a100-80gb"], gpus=counts, framework=fw))
+        assert a.front and [p.model_dump() for p in a.front] == [p.model_dump() for p in b.front]
+        assert a.recommended == b.recommended and a.recommended_index == b.recommended_index
+        if fw == "none":
+            assert (a.stats.candidates, a.stats.feasible, a.stats.memory_rejected) == \
+                (b.stats.candidates, b.stats.feasible, b.stats.memory_rejected)
 
 
 # ------------------------------------------------------------------ nothing feasible

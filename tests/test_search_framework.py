@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from plan_search.models.io import InputError
+
 from plan_search.models.catalog import get_model
 from plan_search.planner.costmodel.estimate import estimate
 from plan_search.planner.frameworks.rules import check, runnable
@@ -44,10 +46,12 @@ def test_framework_precision_is_checked():
 
 
 def test_framework_that_runs_nothing_says_so():
-    # torchtitan has no fp16; DeepSpeed has no virtual stages: forcing vpp 2 leaves nothing.
-    with pytest.raises(NoFeasiblePlan):
+    # DeepSpeed has no virtual stages: a pinned vpp 2 is refused up front naming the rule (issue 24: it was
+    # searched and reported infeasible; a pinned value a framework cannot run is never replaced)
+    with pytest.raises(InputError) as info:
         search(dict(model="gpt3-175b", gpu=["a100"], gpus=[256], framework="deepspeed",
                     knobs=dict(vpp=[2], pp=[8])))
+    assert str(info.value).startswith("deepspeed: deepspeed-vpp: ")
 
 
 def test_cli_framework_emit_prints_the_recommended_plans_config():
@@ -66,8 +70,16 @@ def test_cli_framework_emit_prints_the_recommended_plans_config():
     plan = doc["recommended"]["plan"]
     assert args[args.index("--tensor-model-parallel-size") + 1] == str(plan["tp"])
     assert args[args.index("--global-batch-size") + 1] == str(plan["global_batch"])
-    bad = CliRunner().invoke(main, ["--model", "llama3.1-70b", "--gpu", "h100", "--gpus", "64", "--emit"])
-    assert bad.exit_code == 2
+    # without --framework the search spans them: the launch configuration is that of the framework that runs the
+    # recommended plan; the framework-free what-if runs under none, so it has none to emit
+    r = CliRunner().invoke(main, ["--model", "llama3.1-70b", "--gpu", "h100", "--gpus", "64", "--emit", "--format",
+                                  "json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["launch"]["framework"] == doc["recommended_framework"][0]
+    bad = CliRunner().invoke(main, ["--model", "llama3.1-70b", "--gpu", "h100", "--gpus", "64", "--emit",
+                                    "--framework", "none"])
+    assert bad.exit_code == 2 and "framework-free" in bad.output
 
 
 def test_cli_gpus_range_replaces_a_request_files_list(tmp_path):

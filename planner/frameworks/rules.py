@@ -1059,6 +1059,33 @@ def refuse_up_front(framework: str, combos, model: ModelSpec, clusters, etp: int
         raise InputError(f"{fw}: {first}")
 
 
+#: The rules :func:`unrunnable_rows` tests on a search's columns, per framework.
+VECTOR_RULES = {"megatron": ("megatron-fsdp-pp",), "nemo": ("nemo-fsdp-pp",),
+                "deepspeed": ("deepspeed-pipe-zero", "deepspeed-pipe-tp", "deepspeed-uneven", "deepspeed-cp",
+                              "deepspeed-vpp"),
+                "torchtitan": ("torchtitan-zero12", "torchtitan-ddp-1d")}
+
+
+def unrunnable_rows(framework: str, x) -> "np.ndarray":
+    """Rows of a search's candidates (``x``, its PlanArrays columns) that break one of ``framework``'s
+    :data:`VECTOR_RULES` whatever :func:`conform` sets (it never changes the knobs they read on such rows): the
+    rules most of a search's fastest candidates break, tested at once so that the plan-by-plan check (conform and
+    check, ~0.1 ms a plan) reads only the others. The same conditions as the rules' tests (tests/
+    test_search_span.py checks them against :func:`runnable` on sampled rows)."""
+    import numpy as np
+
+    fw = _known(framework)
+    pp, tp, cp, dp, zero = x.pp, x.tp, x.cp, x.dp, x.zero
+    if fw in ("megatron", "nemo"):
+        return (zero >= 2) & (pp > 1)
+    if fw == "deepspeed":
+        uneven = (pp > 1) & ((x.first != x.last) | ((pp > 2) & (x.first != x.mid)))
+        return ((pp > 1) & ((zero >= 2) | (tp > 1) | uneven)) | (cp > 1) | (x.vpp > 1)
+    if fw == "torchtitan":
+        return (dp > 1) & (((zero == 0) & (tp * pp * cp > 1)) | (zero == 1) | (zero == 2))
+    return np.zeros(len(x), dtype=bool)
+
+
 # ------------------------------------------------------------------ normalize / conform
 
 
@@ -1068,6 +1095,26 @@ def _rebuild(plan: Plan, **changes) -> Plan:
     data = plan.model_dump()
     data.update(changes)
     return Plan(**data)
+
+
+_ALL_FIELDS = frozenset(Plan.model_fields)
+
+
+def _copy(plan: Plan, **changes) -> Plan:
+    """``plan`` with ``changes``, not validated yet (every field marked set, as :func:`_rebuild`'s new Plan has
+    them): the steps of :func:`normalize` and :func:`conform`, which validate their result once (a search checks
+    thousands of plans: each validation ~0.1 ms, five of them per plan conformed)."""
+    changes = {k: v for k, v in changes.items() if getattr(plan, k) != v or type(getattr(plan, k)) is not type(v)}
+    if not changes:
+        return plan
+    p = plan.model_copy(update=changes)
+    object.__setattr__(p, "__pydantic_fields_set__", set(_ALL_FIELDS))
+    return p
+
+
+def _validated(p: Plan, given: Plan) -> Plan:
+    """``p`` validated as a Plan (the same as :func:`_rebuild` building it), unless it is ``given`` unchanged."""
+    return given if p is given else Plan(**p.model_dump())
 
 
 def _inert(fw: str, p: Plan) -> dict:
@@ -1119,19 +1166,21 @@ def normalize(framework: str, plan: Plan, num_layers: int | None = None) -> Plan
     the framework's defaults (:func:`with_memory_defaults`); with ``num_layers``, an explicit first/last split
     is written out in full (both ends), or dropped when it is the even split."""
     fw = _known(framework)
-    plan = with_memory_defaults(fw, plan)  # the memory knobs it leaves unset run the framework's way
-    p = _rebuild(plan, **_inert(fw, plan))
+    given = plan
+    # the memory knobs it leaves unset run the framework's way (with_memory_defaults)
+    plan = _copy(plan, **_memory_default_changes(fw, plan))
+    p = _copy(plan, **_inert(fw, plan))
     if num_layers is not None and fw in ("megatron", "nemo"):
         s, writable = _mcore_end_split(p, num_layers)  # issue 12: Megatron splits unevenly only through end stages
         if writable:
-            p = _rebuild(p, first_stage_layers=s[0], last_stage_layers=s[-1])
+            p = _copy(p, first_stage_layers=s[0], last_stage_layers=s[-1])
     if num_layers is not None and _uneven(p):
         f, mid, la = p.stage_layers(num_layers)
         if num_layers % p.pp == 0 and f == la == num_layers // p.pp and (p.pp == 2 or mid == f):
-            p = _rebuild(p, first_stage_layers=None, last_stage_layers=None)
+            p = _copy(p, first_stage_layers=None, last_stage_layers=None)
         else:
-            p = _rebuild(p, first_stage_layers=f, last_stage_layers=la)
-    return p
+            p = _copy(p, first_stage_layers=f, last_stage_layers=la)
+    return _validated(p, given)
 
 
 def conform(framework: str, plan: Plan, num_layers: int | None = None) -> Plan:
@@ -1164,7 +1213,11 @@ def conform(framework: str, plan: Plan, num_layers: int | None = None) -> Plan:
             ch["zero"] = 3
         ch.update(flash_attention=True, fp32_grads=True, overlap_grad_reduce=True, overlap_param_gather=True)
     ch = {k: v for k, v in ch.items() if getattr(p, k) != v}
-    return normalize(fw, _rebuild(p, **ch), num_layers)
+    if not ch:
+        return normalize(fw, p, num_layers)
+    q = _copy(p, **ch)
+    out = normalize(fw, q, num_layers)
+    return _validated(q, p) if out is q else out
 
 
 def with_defaults(framework: str, plan: Plan) -> Plan:
@@ -1221,10 +1274,15 @@ class Capabilities:
     decides: tuple[str, ...]  # knobs set by conform()
     notes: tuple[str, ...] = ()
 
-    def knobs(self, base):
+    def knobs(self, base, model: ModelSpec | None = None):
         """``base`` (the search's :class:`~plan_search.planner.search.request.Knobs`) narrowed to
-        this framework (the search passes its knobs down: the rules never import the search)."""
+        this framework (the search passes its knobs down: the rules never import the search). A knob its
+        user gave (``Knobs._user_given``) none of whose values the framework runs is refused
+        (:func:`pinned_problem`: one line naming the rule, as plan-estimate refuses it), never replaced."""
         k = base
+        bad = pinned_problem(self.framework, k, model)
+        if bad:
+            raise InputError(bad)
         upd = {
             "zero": [z for z in k.zero if z in self.zero] or list(self.zero[:1]),
             "recompute": [r for r in k.recompute if r in self.recompute] or list(self.recompute[:1]),
@@ -1260,6 +1318,63 @@ class Capabilities:
                                  "planner/frameworks/rules.py)")
             upd[name] = keep
         return k.model_copy(update=upd)
+
+
+def _pinned_values(caps: "Capabilities", knobs) -> dict[str, list]:
+    """The knobs ``knobs``' user gave (``_user_given``) of which ``caps`` runs no value: {knob: values given}."""
+    given = getattr(knobs, "_user_given", frozenset())
+    runs = {"zero": lambda v: v in caps.zero, "recompute": lambda v: v in caps.recompute,
+            "sequence_parallel": lambda v: v in caps.sequence_parallel,
+            "cp": lambda v: v == 1 or caps.context_parallel, "vpp": lambda v: v == 1 or caps.virtual_pipeline,
+            "pp": lambda v: v == 1 or caps.pipeline_parallel, "tp": lambda v: v == 1 or caps.tensor_parallel}
+    for name, value in ALWAYS_SETS.get(caps.framework, {}).items():
+        runs[name] = lambda v, value=value: v == value
+    out = {}
+    for name, ok in runs.items():
+        vals = getattr(knobs, name, None)
+        if name in given and vals and not any(ok(v) for v in vals):
+            out[name] = list(vals)
+    return out
+
+
+#: Knobs a framework sets one way on every plan (:func:`conform`: torchtitan's FSDP2/SDPA/compiled setup, NeMo's
+#: flash attention): a search that pins another value is refused, not answered with this one.
+ALWAYS_SETS = {"torchtitan": {"flash_attention": True, "fp32_grads": True, "overlap_grad_reduce": True,
+                              "overlap_param_gather": True},
+               "nemo": {"flash_attention": True}}
+
+
+def pinned_problem(framework: str, knobs, model: ModelSpec | None = None) -> Optional[str]:
+    """Why ``framework`` cannot run a knob value the search's user pinned (``knobs._user_given``; the default
+    value lists are narrowed silently): ``framework: rule-id: text (knob value)``, the rule plan-estimate names for
+    a plan with that value (tested on a probe plan with the value, every other knob at the Plan's default), or
+    the capability when no single rule says it. None when every pinned knob keeps a value the framework runs."""
+    fw = _known(framework)
+    bad = _pinned_values(_CAPS[fw], knobs)
+    if not bad:
+        return None
+    name, vals = next(iter(bad.items()))
+    for v in vals:
+        degrees = {"tp": 1, "pp": 2 if name == "vpp" else 1, "cp": 1}
+        if name in degrees:
+            degrees[name] = int(v)
+        n = 64 * degrees["tp"] * degrees["pp"] * degrees["cp"]
+        probe = Plan.probe(**{"num_gpus": n, "dp": 64, **degrees, name: v})
+        for r in RULES[fw]:
+            try:
+                detail = r.test(probe, model, None) if model is not None else None
+            except Exception:  # noqa: BLE001 (a rule reading what a probe plan lacks: not this knob's rule)
+                detail = None
+            if detail and detail.split(" ", 1)[0] == name:
+                more = f" [+{len(bad) - 1} more]" if len(bad) > 1 else ""
+                return (f"{fw}: {Violation(r, detail)}{more}; leave --{name.replace('_', '-')} unset or use another "
+                        "--framework")
+    caps = _CAPS[fw]
+    runs = {"zero": caps.zero, "recompute": caps.recompute, "sequence_parallel": caps.sequence_parallel,
+            **{k: (v,) for k, v in ALWAYS_SETS.get(fw, {}).items()}}.get(name, (1,))
+    return (f"{fw}: {name} {', '.join(map(_onoff, vals))}: {fw} {caps.version} runs {name} "
+            f"{' or '.join(map(_onoff, runs))} (planner/frameworks/rules.py _CAPS); leave --{name.replace('_', '-')} "
+            "unset or use another --framework")
 
 
 _CAPS = {

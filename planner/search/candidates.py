@@ -158,9 +158,17 @@ def _enumerate_until(model, cluster, counts, gbs, seq, request, t0: float,
 def _enumerate(model, cluster, counts, gbs, seq, request, knobs=None, max_candidates=None) -> Space:
     # the recipe knobs the user left unset span what the framework's performance recipes search on this GPU
     # (issue 23: space.recipe_knobs; resolved per row where a value never slows a plan)
-    return enumerate_space(model, cluster, counts, gbs, seq, knobs or request.knobs,
-                           max_candidates or request.max_candidates, request.global_batch_tolerance,
-                           framework=request.framework, recipes=True)
+    fw = request.framework if request.framework not in (None, "none") else None
+    sp = enumerate_space(model, cluster, counts, gbs, seq, knobs or request.knobs,
+                         max_candidates or request.max_candidates, request.global_batch_tolerance,
+                         framework=fw, recipes=True)
+    if fw is not None and len(sp):  # pruned before they are priced: the rows the framework's rules never run
+        from plan_search.planner.frameworks.rules import unrunnable_rows
+
+        bad = unrunnable_rows(fw, sp.x)
+        if bad.any() and not bad.all():  # all: kept, so the refusal names the rule they break
+            sp = sp.take(np.flatnonzero(~bad))
+    return sp
 
 
 def default_max_gpus(model, cluster, gbs, seq, request, deadline: float = math.inf,

@@ -34,11 +34,15 @@ def tokens_text(tokens: float) -> str:
     return repr(float(tokens))
 
 
-def estimate_command(request, gpu_ref: str, plan: Plan) -> str:
-    """``plan-estimate --model ... --gpu ... --gpus N --tp .. ...`` for ``plan`` of ``request``."""
+def estimate_command(request, gpu_ref: str, plan: Plan, framework: str | None = None) -> str:
+    """``plan-estimate --model ... --gpu ... --gpus N --tp .. ...`` for ``plan`` of ``request``, run under
+    ``framework`` (default: the request's, unless it spans them or is the framework-free what-if)."""
     args = ["plan-estimate", "--model", request.model, "--gpu", gpu_ref, "--gpus", str(plan.num_gpus),
             "--global-batch", str(plan.global_batch), "--seq-len", str(plan.seq_len)]
-    framework = getattr(request, "framework", None)
+    if framework is None:
+        framework = getattr(request, "framework", None)
+    if framework == "none":
+        framework = None
     for spec in knob_specs():
         v = getattr(plan, spec.name)
         # with a framework, every knob is written: plan-estimate --framework fills the knobs a

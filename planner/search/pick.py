@@ -41,17 +41,20 @@ def pick_cpsat(t: Table, rule: str, key, req: SearchRequest, labels, node_sizes,
     return (row if row is not None else cheap), cap, proven and proven2, 2
 
 
-def system_fronts(t: Table, front_rows: list[int], n_systems: int, deadline: float = math.inf,
+def system_fronts(t: Table, front_rows: list[int], gpu_of, deadline: float = math.inf,
                   cut: list[str] | None = None, labels: list[str] | None = None) -> list[list[int]]:
-    """Each system's own front (rows of ``t``), when there are several systems (else empty).
-    Exact on the pruned table: pruning keeps every (system, GPU count) group's front. Past
-    ``deadline`` a system's front holds the counts taken so far (:func:`exhaustive_front`; ``cut``
-    gets the line, named by the system's label)."""
-    if n_systems < 2:
+    """Each GPU type's own front (rows of ``t``; ``gpu_of[system]`` is the system's GPU type, one system per
+    GPU type and framework), when there are several GPU types (else empty). Exact on the pruned table: pruning
+    keeps every (system, GPU count) group's front. Past ``deadline`` a type's front holds the counts taken so
+    far (:func:`exhaustive_front`; ``cut`` gets the line, named by the type's label)."""
+    gpu_of = np.asarray(gpu_of, dtype=np.int64)
+    n_types = int(gpu_of.max()) + 1 if len(gpu_of) else 0
+    if n_types < 2:
         return []
     out = []
-    for k in range(n_systems):
-        idx = np.nonzero(t.system == k)[0]
+    row_type = gpu_of[t.system]
+    for k in range(n_types):
+        idx = np.nonzero(row_type == k)[0]
         own: list[str] = []
         out.append(idx[exhaustive_front(t.take(idx), deadline, own)].tolist() if len(idx) else [])
         if cut is not None:

@@ -13,6 +13,8 @@ from plan_search.planner.costmodel import goodput
 from plan_search.planner.costmodel.evaluate import evaluate
 from plan_search.planner.search import clock
 from plan_search.planner.search.command import estimate_command
+from plan_search.planner.search.fitted import UNFITTED_BAND, is_fitted
+from plan_search.planner.search.framework import run_by
 from plan_search.planner.search.request import FrontPoint, SearchRequest
 from plan_search.planner.search.table import Table
 
@@ -54,12 +56,14 @@ def _front_points(systems, table: Table, rows: list[int], req, bind: dict,
                      tokens=req.tokens, checkpoint_interval_h=req.checkpoint_interval_h,
                      recovery=goodput.of_request(req))
         evals[k] = (r, {row: j for j, row in enumerate(rr)}, sub)
-    ref: dict[int, float] = {}  # least GPU-hours per system among its points (its cheapest plan)
+    ref: dict[str, float] = {}  # least GPU-hours per GPU type among its points (its cheapest plan)
     for i in rows + extra:
         k = int(table.system[i])
         r, where, _ = evals[k]
-        ref[k] = min(ref.get(k, math.inf), float(r["gpu_hours"][where[int(table.row[i])]]))
+        name = systems[k].name  # per GPU type (one system per GPU type and framework)
+        ref[name] = min(ref.get(name, math.inf), float(r["gpu_hours"][where[int(table.row[i])]]))
     refs: dict[int, str] = {}
+    fit = {k: is_fitted(s.cluster) for k, s in enumerate(systems)}
 
     def point(i: int) -> FrontPoint:
         k, row = int(table.system[i]), int(table.row[i])
@@ -68,6 +72,7 @@ def _front_points(systems, table: Table, rows: list[int], req, bind: dict,
         j = where[row]
         f = lambda name: float(r[name][j])  # noqa: E731
         plan = sub.plan(j)  # validated: the Plan's rules hold for every point
+        fws = run_by(s.framework, plan, s.space.model, s.cluster)
         # the point's other fields are this function's own floats, ints and strings: built without
         # re-walking the validated plan (FrontPoint's checks took ~0.35 ms a point, 0.35 s of a
         # 1,000-point front, past a short time limit's end)
@@ -78,10 +83,12 @@ def _front_points(systems, table: Table, rows: list[int], req, bind: dict,
             mfu_full_attention=f("mfu_full_attention"), memory_gib=f("memory_peak_gib"),
             memory_usable_gib=f("memory_usable_gib"), comm_ratio=f("comm_ratio"), days=f("days"),
             gpu_hours=f("gpu_hours"), cost_usd=f("cost_usd"), energy_kwh=f("energy_kwh"), power_kw=f("power_kw"),
-            scaling_efficiency=ref[k] / f("gpu_hours") if f("gpu_hours") > 0 else 1.0,
+            scaling_efficiency=ref[s.name] / f("gpu_hours") if f("gpu_hours") > 0 else 1.0,
             bottleneck=str(r["bottleneck"][j]),
             binding=[b for b in ("memory", "comm_ratio") if bind[b][int(table.group[i])] < float(table.days[i])],
-            estimate_command=estimate_command(req, refs.setdefault(k, _gpu_ref(req, s.name)), plan),
+            estimate_command=estimate_command(req, refs.setdefault(k, _gpu_ref(req, s.name)), plan,
+                                              fws[0] if fws else "none"),
+            framework=fws, fitted=fit[k], band=None if fit[k] else UNFITTED_BAND,
         )
 
     def points(rr: list[int], what: str) -> list[FrontPoint]:

@@ -39,6 +39,7 @@ class System:
     space: Space
     cols: dict
     counts: np.ndarray
+    framework: str | None = None  # whose rules and profile gave these candidates (None: the what-if's)
 
     @property
     def name(self) -> str:

@@ -54,7 +54,7 @@ FRONT_COLUMNS = (
     ("model", "gpu", "num_gpus", "nodes", "grad_accum") + _PLAN_KEYS
     + ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "memory_gib", "memory_usable_gib",
        "comm_ratio", "days", "gpu_hours", "cost_usd", "energy_kwh", "power_kw", "scaling_efficiency",
-       "bottleneck", "binding", "recommended", "estimate_command")
+       "bottleneck", "binding", "recommended", "framework", "fitted", "band", "estimate_command")
 )
 
 
@@ -393,8 +393,11 @@ class SearchRequest(_Strict):
         "is read; default the cluster file's, else 10")
     async_checkpoint: bool = Field(default=True, description="save checkpoints asynchronously (only the "
                                    "device-to-host copy blocks)")
-    framework: Literal["megatron", "deepspeed", "torchtitan", "nemo"] | None = Field(
-        default=None, description="restrict the plans to what this framework can run (planner.frameworks)")
+    framework: Literal["megatron", "deepspeed", "torchtitan", "nemo", "none"] | None = Field(
+        default=None, description="unset: span every framework (each one's rules filter its plans, its fitted "
+        "profile prices them, each point names the frameworks that run it); a framework: only the plans it can run "
+        "(planner.frameworks); none: a framework-free what-if (the Plan's knobs as given, priced on the catalog's "
+        "terms, run by no framework named)")
     objective: Objective = Field(
         default="balanced",
         description="balanced: with deadline_days the cheapest plan that meets it, else with budget_usd the "
@@ -404,6 +407,9 @@ class SearchRequest(_Strict):
         default=DEFAULT_MIN_SCALING_EFFICIENCY, gt=0.0, le=1.0,
         description="balanced objective: the lowest scaling efficiency (cheapest plan's dollars / the plan's "
                     "dollars; per GPU type, GPU-hours) accepted for speed")
+    allow_unfitted: bool = Field(
+        default=False, description="let a GPU type priced on priors (no fitted efficiency terms: plan-estimate's "
+        "'defaults (not fitted)') be recommended over a fitted one; its points are on the front, marked, either way")
     solver: Literal["cpsat", "exhaustive"] = "cpsat"
     time_limit_s: float = Field(default=10.0, gt=0, le=MAX_TIME_LIMIT_S, description="seconds for the whole search, "
                                 "in (0, 86400]")
@@ -530,6 +536,14 @@ class FrontPoint(_Doc):
         description="constraints that exclude a faster plan at this GPU count (memory, comm_ratio)")
     estimate_command: str = Field(
         default="", description="the plan-estimate command that reproduces this point's figures")
+    framework: list[str] = Field(
+        default_factory=list,
+        description="the frameworks that run this plan as it is (their rules pass it unchanged), priced with their "
+                    "efficiency profile; empty: a framework-free what-if (--framework none)")
+    fitted: bool = Field(default=True, description="False: the GPU type's efficiency terms are priors, not fitted "
+                                                   "on measured runs (plan-estimate: 'defaults (not fitted)')")
+    band: float | None = Field(default=None, description="for a GPU type priced on priors, the relative band (+-) "
+                               "of its figures the leave-one-GPU-out error implies (planner/search/fitted.py)")
 
 
 class SearchStats(_Doc):
@@ -578,6 +592,7 @@ class ResolvedInputs(_Doc):
 
     model: str
     params: int
+    moe: bool = Field(default=False, description="a mixture-of-experts model (its front shows the expert layout)")
     systems: list[str]
     gpu_counts: dict[str, list[int] | str] = Field(
         description=f"GPU counts considered, per system: the list, or when longer than {ECHO_COUNTS_MAX} and evenly "
@@ -605,6 +620,9 @@ class SearchResult(_Doc):
     recommended_index: int | None = Field(description="index of the recommended plan in front (None: not on it)")
     recommended_command: str = Field(
         default="", description="the plan-estimate command that reproduces the recommended plan's figures")
+    recommended_framework: list[str] = Field(
+        default_factory=list, description="the frameworks that run the recommended plan as it is (empty: a "
+                                          "framework-free what-if)")
     objective: str
     reason: str
     landmarks: dict[str, int] = Field(
@@ -633,6 +651,7 @@ class SearchResult(_Doc):
             d.update({k: plan[k] for k in _PLAN_KEYS})
             d["grad_accum"] = fp.grad_accum
             d["binding"] = "+".join(fp.binding)
+            d["framework"] = "+".join(fp.framework) or "none"
             d["recommended"] = self.recommended_index == i
             d["model"] = self.inputs.model
             rows.append({k: d.get(k) for k in FRONT_COLUMNS})
