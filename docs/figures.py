@@ -188,7 +188,8 @@ def table(command: str, head: str) -> list[dict]:
     """The rows of the example's table whose header line starts with ``head`` (columns by the header's
     words; a row's extra words, the landmarks, under 'notes')."""
     lines = example(command).splitlines()
-    i = next(k for k, line in enumerate(lines) if line.lstrip().startswith(head.strip()))
+    i = next(k for k, line in enumerate(lines) if line.lstrip().startswith(head.strip()) and k + 1 < len(lines)
+             and lines[k + 1].strip() and set(lines[k + 1].strip()) <= {"-", " "})  # a header: a rule under it
     cols = lines[i].replace("step s", "step_s").split()  # one column, two words in the header
     rows = []
     for line in lines[i + 2:]:
@@ -214,9 +215,9 @@ def recompute_phrase(rc: str) -> str:
 
 FEWEST_175B = "plan-sweep fewest-175b.yaml -o fewest-175b.csv --summary -q"
 FEWEST_1T = "plan-sweep fewest-1t.yaml -o fewest-1t.csv --summary -q"
-THREE_TYPES = "plan-search --model gpt3-175b --gpu a100,h100,h200 --deadline-days 30"
+THREE_TYPES = "plan-search --model gpt3-175b --gpu a100,h100,h200 --deadline-days 30 --time-limit 60"
 DEADLINE_4 = "plan-search --model gpt3.yaml --gpu a100 --gpus 256,512,1024,2048 --deadline-days 30"
-FIRST = "plan-search --model gpt3 --gpu a100"
+FIRST = "plan-search --model gpt3 --gpu a100 --time-limit 60"  # the README's first example (a limit a loaded machine cannot cut)
 
 
 def _sweep_row(command: str, gpu: str) -> dict:
