@@ -60,7 +60,13 @@ def goodput_clause(systems: list[System], ms: list[dict], groups: list[np.ndarra
     lost_text = f"{lost:,.1f} of its {days:,.1f} days" if lost >= 1 else f"{lost * 24:,.1f} h of its {days:,.1f} days"
     text = (f"; failures priced: goodput {g:.1%} ({lost_text} to checkpoint saves, lost work, restarts and "
             f"restores at {rates[k]:.2g} failures per 1,000 GPU-days)")
-    parts = [_blind(s_, m, g_, req, bool(req.framework)) for s_, m, g_ in zip(systems, ms, groups)]
+    if any(getattr(s_, "framework", None) not in (None, "none") for s_ in systems):
+        # a framework's systems hold only the rows its rules were checked on (restrict_to_framework): the
+        # goodput-blind pick among all candidates is not known here, so nothing is said of it (the
+        # framework-free what-if, --framework none, compares it)
+        return text
+    checked = req.framework not in (None, "none")  # "none" is the framework-free what-if: no rules checked
+    parts = [_blind(s_, m, g_, req, checked) for s_, m, g_ in zip(systems, ms, groups)]
     if not any(len(p) for p in parts):
         return text
     t_b = Table(**{f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(Table)})
